@@ -1,0 +1,222 @@
+"""Ledger facts as values: event types, terminal states, receipts, contracts.
+
+These models are the vocabulary of DESIGN.md section 2.  They are plain
+pydantic models so the same objects travel through the pure core, the ledger
+adapters and Celery task payloads.  Nothing here reads a clock or an env var:
+timestamps are passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Event",
+    "EventType",
+    "EvidenceKind",
+    "EvidenceMode",
+    "ExecutionReceipt",
+    "FailureCode",
+    "CompletionContract",
+    "ReasonCode",
+    "SessionStatus",
+    "TerminalState",
+    "ToolStatus",
+    "VerificationStatus",
+    "canonical_json",
+    "input_fingerprint",
+]
+
+
+class EventType(StrEnum):
+    """``agent_run_events.event_type`` (DESIGN.md section 2)."""
+
+    USER_INPUT = "user_input"
+    ASSISTANT_OUTPUT = "assistant_output"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    PROVIDER_ANOMALY = "provider_anomaly"
+    CONTROL = "control"
+    TERMINAL = "terminal"
+
+
+class TerminalState(StrEnum):
+    """Exactly one of these ends every run (DESIGN.md section 6)."""
+
+    COMPLETED = "completed"
+    UNVERIFIED = "unverified"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ReasonCode(StrEnum):
+    """Why a run reached its terminal state; a finite set, safe to store."""
+
+    ANSWER_ACCEPTED = "answer_accepted"
+    EVIDENCE_MISSING = "evidence_missing"
+    CLAIM_WITHOUT_RECEIPT = "claim_without_receipt"
+    TOOL_REQUIRED_NOT_CALLED = "tool_required_not_called"
+    VERIFICATION_MISSING = "verification_missing"
+    STRUCTURED_OUTPUT_MISSING = "structured_output_missing"
+    MAX_STEPS = "max_steps"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    DOOM_LOOP = "doom_loop"
+    TRUNCATION_EXHAUSTED = "truncation_exhausted"
+    INCOMPLETE_INTENT = "incomplete_intent"
+    PROVIDER_ERROR = "provider_error"
+    PROVIDER_PROTOCOL_INVALID = "provider_protocol_invalid"
+    TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
+    LEDGER_WRITE_FAILED = "ledger_write_failed"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+
+
+class FailureCode(StrEnum):
+    """``agent_runs.failure_code``: never raw provider text or credentials."""
+
+    PROVIDER_ERROR = "provider_error"
+    PROVIDER_AUTH = "provider_auth"
+    PROVIDER_BAD_REQUEST = "provider_bad_request"
+    PROVIDER_NOT_FOUND = "provider_not_found"
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    PROVIDER_TIMEOUT = "provider_timeout"
+    PROVIDER_PROTOCOL_INVALID = "provider_protocol_invalid"
+    SCRIPT_EXHAUSTED = "script_exhausted"
+    TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
+    LEDGER_WRITE_FAILED = "ledger_write_failed"
+    LEASE_LOST = "lease_lost"
+    INTERNAL_ERROR = "internal_error"
+
+
+class SessionStatus(StrEnum):
+    """``sessions.status``: queued → running → (waiting →) done."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    DONE = "done"
+
+
+class ToolStatus(StrEnum):
+    """Receipt / tool result status.
+
+    ``aborted`` is a result that arrived for an older executor epoch (issue 3):
+    never committed as a success, never shown to the model as one.
+    """
+
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+    ABORTED = "aborted"
+
+
+class EvidenceKind(StrEnum):
+    """What a successful call of a tool proves (DESIGN.md section 5)."""
+
+    NONE = "none"
+    OBSERVE = "observe"
+    MUTATE = "mutate"
+    DELIVER = "deliver"
+
+
+class EvidenceMode(StrEnum):
+    """What a session's completion contract demands (DESIGN.md section 6)."""
+
+    NONE = "none"
+    OBSERVE = "observe"
+    MUTATE = "mutate"
+    DELIVER = "deliver"
+
+
+class VerificationStatus(StrEnum):
+    """Whether a receipt's evidence was checked independently."""
+
+    UNVERIFIED = "unverified"
+    VERIFIED = "verified"
+    NOT_APPLICABLE = "not_applicable"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CompletionContract(_Frozen):
+    """What a run must prove before it may say ``completed``.
+
+    Attributes:
+        evidence: the evidence mode; ``none`` accepts a plain answer.
+        required_tools: tool names that must have a successful receipt.
+        required_receipt_kinds: evidence kinds that must have a successful receipt.
+        verify: verification categories the user asked for
+            (``test``, ``lint``, ``type-check``, ``build``).
+        output_schema: JSON Schema for the reserved StructuredOutput tool.
+    """
+
+    evidence: EvidenceMode = EvidenceMode.NONE
+    required_tools: tuple[str, ...] = ()
+    required_receipt_kinds: tuple[EvidenceKind, ...] = ()
+    verify: tuple[str, ...] = ()
+    output_schema: dict[str, Any] | None = None
+
+
+class Event(_Frozen):
+    """One row of ``agent_run_events``.
+
+    ``sequence`` starts at 1 and is unique per run.  ``call_id`` is set on
+    ``tool_call`` and ``tool_result`` events so the ledger can enforce one call
+    and one result per id.  ``epoch`` is the fencing token of the writer
+    (0 for writes made outside a lease, e.g. by the dispatcher).
+    """
+
+    run_id: str
+    sequence: int = Field(ge=1)
+    type: EventType
+    payload: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = None
+    epoch: int = 0
+    created_at: datetime | None = None
+
+
+class ExecutionReceipt(_Frozen):
+    """Proof that a tool call executed (``agent_execution_receipts``).
+
+    Attributes:
+        input_fingerprint: sha256 hex of the canonical JSON of the input.
+        evidence: per tool kind -- Read: ``sha256``, ``size``; Bash:
+            ``exit_code``, ``command``; Write/Edit: ``sha256_before``,
+            ``sha256_after``; deliver tools: ``external_id``.
+        idempotency_key: ``{run_id}:{call_id}``, passed to idempotent tools.
+    """
+
+    run_id: str
+    call_id: str
+    tool_name: str
+    status: ToolStatus
+    started_at: datetime
+    finished_at: datetime
+    input_fingerprint: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence_kind: EvidenceKind = EvidenceKind.NONE
+    verification_status: VerificationStatus = VerificationStatus.UNVERIFIED
+    idempotency_key: str | None = None
+    epoch: int = 0
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys, no whitespace, UTF-8 kept: one text per value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def input_fingerprint(arguments: Any) -> str:
+    """sha256 hex digest of :func:`canonical_json` of a tool input."""
+    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()

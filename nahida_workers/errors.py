@@ -1,0 +1,221 @@
+"""One error root, three families (STYLE.md habit 4).
+
+* :class:`UserError` -- the caller's mistake (bad job spec, unknown session,
+  inbox full).  Never retried; shown to the person who made it.
+* :class:`ToolError` -- what the model sees: a tool failed or was refused
+  (path outside the workspace, invalid arguments, timeout).  It becomes an
+  ``is_error`` tool result; the run goes on.
+* :class:`RunError` -- run or infrastructure failures (provider, ledger,
+  lease, broker).  Each carries ``retryable`` and ``retry_after`` (seconds),
+  and a finite :class:`~nahida_workers.core.events.FailureCode` that is safe
+  to store in the ledger (never a raw provider body or a credential).
+
+Exactly one layer owns retries for each family: provider retries live in
+``providers/retry.py``; everything else is reported, not retried in place.
+"""
+
+from __future__ import annotations
+
+from nahida_workers.core.events import FailureCode
+
+__all__ = [
+    "CallNotCommittedError",
+    "ConfigError",
+    "DuplicateResultError",
+    "DuplicateSequenceError",
+    "EventAfterTerminalError",
+    "InboxFullError",
+    "InvalidToolArgumentsError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "LedgerError",
+    "LedgerIntegrityError",
+    "LedgerUnavailableError",
+    "NahidaError",
+    "NotFoundError",
+    "PathOutsideWorkspaceError",
+    "ProviderError",
+    "ProviderProtocolError",
+    "RunError",
+    "StaleEpochError",
+    "ToolError",
+    "ToolTimeoutError",
+    "UserError",
+]
+
+
+class NahidaError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+# --- the caller's mistakes -------------------------------------------------
+
+
+class UserError(NahidaError):
+    """The caller asked for something invalid; fix the input and try again."""
+
+
+class ConfigError(UserError):
+    """A job spec, script or setting is malformed (message names the field)."""
+
+
+class NotFoundError(UserError):
+    """A session, run or batch id that the ledger does not hold."""
+
+
+class InboxFullError(UserError):
+    """The session inbox is at its message or byte limit (DESIGN.md section 8).
+
+    Nothing was enqueued; the caller may retry after the session drains.
+    """
+
+
+# --- what the model sees -----------------------------------------------------
+
+
+class ToolError(NahidaError):
+    """A tool failed in a way the model should see and may correct.
+
+    Attributes:
+        code: short machine-readable code recorded in the receipt evidence
+            (for example ``path_outside_workspace``).
+    """
+
+    code: str = "tool_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class PathOutsideWorkspaceError(ToolError):
+    """A path resolves outside the session workspace (``..``, absolute, symlink)."""
+
+    code = "path_outside_workspace"
+
+
+class InvalidToolArgumentsError(ToolError):
+    """Arguments are not valid JSON or do not match the tool's input schema."""
+
+    code = "invalid_arguments"
+
+
+class ToolTimeoutError(ToolError):
+    """The tool ran past its timeout (seconds) and was stopped."""
+
+    code = "timed_out"
+
+
+# --- run and infrastructure failures ------------------------------------------
+
+
+class RunError(NahidaError):
+    """A failure of the run or of the infrastructure under it.
+
+    Attributes:
+        retryable: whether the same request may succeed if repeated.
+        retry_after: seconds the server asked us to wait, if it said so.
+        failure_code: the finite code stored in ``agent_runs.failure_code``.
+    """
+
+    failure_code: FailureCode = FailureCode.INTERNAL_ERROR
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        retry_after: float | None = None,
+        failure_code: FailureCode | None = None,
+    ) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+        self.retry_after = retry_after
+        if failure_code is not None:
+            self.failure_code = failure_code
+
+
+class ProviderError(RunError):
+    """The model provider refused or failed a request.
+
+    ``status`` is the HTTP status when there was one (``None`` for connection
+    errors and for the scripted provider).
+    """
+
+    failure_code = FailureCode.PROVIDER_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool | None = None,
+        retry_after: float | None = None,
+        failure_code: FailureCode | None = None,
+    ) -> None:
+        super().__init__(
+            message, retryable=retryable, retry_after=retry_after, failure_code=failure_code
+        )
+        self.status = status
+
+
+class ProviderProtocolError(ProviderError):
+    """The provider's response could not be understood (malformed stream)."""
+
+    failure_code = FailureCode.PROVIDER_PROTOCOL_INVALID
+
+
+class LedgerError(RunError):
+    """Root of ledger refusals and ledger outages."""
+
+    failure_code = FailureCode.LEDGER_WRITE_FAILED
+
+
+class LedgerIntegrityError(LedgerError):
+    """A write the ledger rules refuse (DESIGN.md section 2); never retryable."""
+
+
+class DuplicateSequenceError(LedgerIntegrityError):
+    """An event with this (run_id, sequence) is already committed."""
+
+
+class CallNotCommittedError(LedgerIntegrityError):
+    """A tool_result (or receipt) names a call whose tool_call is not committed."""
+
+
+class DuplicateResultError(LedgerIntegrityError):
+    """A second tool_result or a second tool_call for one call id."""
+
+
+class EventAfterTerminalError(LedgerIntegrityError):
+    """The run already holds its terminal event; nothing may follow it."""
+
+
+class StaleEpochError(LedgerIntegrityError):
+    """The writer's fencing epoch is not the session's current one (section 4).
+
+    The writer lost its lease; it must stop without writing anything else.
+    """
+
+    failure_code = FailureCode.LEASE_LOST
+
+
+class LedgerUnavailableError(LedgerError):
+    """The database could not be reached or the transaction failed to commit."""
+
+    retryable = True
+
+
+class LeaseHeldError(RunError):
+    """Another owner holds the session lease; this delivery must exit."""
+
+    failure_code = FailureCode.LEASE_LOST
+
+
+class LeaseLostError(RunError):
+    """This owner's lease expired or was taken; it must stop writing at once."""
+
+    failure_code = FailureCode.LEASE_LOST

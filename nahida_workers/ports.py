@@ -1,0 +1,279 @@
+"""Ports: the protocols the runtime drives (DESIGN.md section 9).
+
+Every port has a real adapter and an in-memory twin, and one contract suite
+runs against both (``tests/contract/``).
+
+=============  =============================  ==============================
+port           real adapter                   twin
+=============  =============================  ==============================
+Provider       providers.openai_compat,       providers.scripted
+               providers.anthropic
+Ledger         ledger.sql (Postgres, SQLite)  ledger.memory
+LeaseStore     lease.redis (Redis, fakeredis) lease.memory
+ToolExecutor   runtime.executor.Remote...     runtime.executor.Local...
+Clock          SystemClock                    testing.FakeClock
+=============  =============================  ==============================
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from nahida_workers.core.events import (
+    Event,
+    ExecutionReceipt,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
+)
+from nahida_workers.core.messages import ProviderRequest, ProviderTurn
+from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+
+__all__ = [
+    "Clock",
+    "Fence",
+    "LeaseStore",
+    "Ledger",
+    "LedgerTx",
+    "Provider",
+    "SystemClock",
+    "TaskQueue",
+]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A writer's claim: "I own ``session_id`` at ``epoch``" (DESIGN.md section 4)."""
+
+    session_id: str
+    epoch: int
+
+
+class Clock(Protocol):
+    """Time as a port, so the core and tests never read the wall clock."""
+
+    def now(self) -> datetime:
+        """Current UTC time, timezone-aware."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock (for durations and deadlines)."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds``."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        """Current UTC time."""
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        """``time.monotonic()`` in seconds."""
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep``."""
+        time.sleep(seconds)
+
+
+class Provider(Protocol):
+    """A model endpoint: one call in, one parsed turn out.
+
+    ``on_text`` receives text deltas for display only (DESIGN.md section 3
+    step 2); nothing the runtime decides depends on them.
+
+    Raises:
+        ProviderError: with ``retryable``/``retry_after`` and a failure code.
+    """
+
+    name: str
+    model: str
+
+    def complete(
+        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> ProviderTurn:
+        """Run one provider call and return the parsed turn."""
+        ...
+
+
+class LedgerTx(Protocol):
+    """An open ledger transaction (opaque; pass it to ledger write methods)."""
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """The source of truth (DESIGN.md section 2).
+
+    Writes take the caller's transaction and never commit on their own
+    (STYLE.md habit 6).  Event and receipt writes need a fenced transaction:
+    :meth:`lock_session` checks the writer's epoch under a row lock, so a
+    writer that lost its lease cannot write a single row.
+
+    Refusals (all :class:`~nahida_workers.errors.LedgerIntegrityError`):
+    ``DuplicateSequenceError``, ``CallNotCommittedError``,
+    ``DuplicateResultError``, ``EventAfterTerminalError``, ``StaleEpochError``.
+    """
+
+    def transaction(self, *, fence: Fence | None = None) -> AbstractContextManager[LedgerTx]:
+        """Open a transaction; with ``fence``, lock and check it first.
+
+        Raises:
+            StaleEpochError: the fence's epoch is not the session's current one.
+            LedgerUnavailableError: the database is unreachable or the commit failed.
+        """
+        ...
+
+    def lock_session(self, tx: LedgerTx, session_id: str, epoch: int) -> None:
+        """Lock the session row for ``tx`` and check ``epoch`` is current."""
+        ...
+
+    # -- writes (caller's transaction) ---------------------------------------
+    def create_batch(self, tx: LedgerTx, batch: BatchRecord) -> None:
+        """Insert a batch row."""
+        ...
+
+    def create_session(self, tx: LedgerTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Insert a session; return ``(row, created)``.
+
+        When ``idempotency_key`` is already known, returns the existing row and
+        ``created=False`` without writing anything.
+        """
+        ...
+
+    def create_run(self, tx: LedgerTx, run: RunRecord) -> None:
+        """Insert a run row."""
+        ...
+
+    def append_events(self, tx: LedgerTx, events: Sequence[Event]) -> None:
+        """Insert events (in the given order) under the transaction's fence."""
+        ...
+
+    def put_receipts(self, tx: LedgerTx, receipts: Sequence[ExecutionReceipt]) -> None:
+        """Insert receipts; each call must have a committed tool_call."""
+        ...
+
+    def finish_run(
+        self,
+        tx: LedgerTx,
+        run_id: str,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """Record the terminal state on the run row (its terminal event is separate)."""
+        ...
+
+    def set_session_status(
+        self, tx: LedgerTx, session_id: str, status: SessionStatus, *, at: datetime
+    ) -> None:
+        """Set ``sessions.status``."""
+        ...
+
+    def request_cancel(self, tx: LedgerTx, session_id: str, *, at: datetime) -> None:
+        """Set the session's cancel flag; the loop stops at its next boundary."""
+        ...
+
+    def add_outbox(self, tx: LedgerTx, record: OutboxRecord) -> None:
+        """Record a publish owed to the broker."""
+        ...
+
+    def mark_published(self, tx: LedgerTx, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published."""
+        ...
+
+    # -- fencing -------------------------------------------------------------
+    def bump_epoch(self, session_id: str, *, at: datetime) -> int:
+        """In its own transaction: increment ``lease_epoch``, set status running.
+
+        Returns the new epoch.  Raises ``NotFoundError`` for an unknown session.
+        """
+        ...
+
+    # -- reads ---------------------------------------------------------------
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session row or None."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run row or None."""
+        ...
+
+    def runs_of(self, session_id: str) -> list[RunRecord]:
+        """Runs of a session, oldest first."""
+        ...
+
+    def events(self, run_id: str) -> list[Event]:
+        """Events of a run by sequence."""
+        ...
+
+    def receipts(self, run_id: str) -> list[ExecutionReceipt]:
+        """Receipts of a run in the order they were written."""
+        ...
+
+    def sessions(
+        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+    ) -> list[SessionRecord]:
+        """Sessions, optionally filtered, oldest first."""
+        ...
+
+    def batches(self) -> list[BatchRecord]:
+        """All batches, newest first."""
+        ...
+
+    def get_batch(self, batch_id: str) -> BatchRecord | None:
+        """A batch or None."""
+        ...
+
+    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
+        """Outbox rows not yet published, oldest first."""
+        ...
+
+
+class LeaseStore(Protocol):
+    """The session lease (DESIGN.md section 4): SET NX PX + compare-and-set.
+
+    Every method is atomic on the server; no decision depends on a client-side
+    expiry computation (case B04).  TTLs are milliseconds.
+    """
+
+    def acquire(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        """Take the lease iff nobody holds it."""
+        ...
+
+    def renew(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        """Extend the lease iff ``owner`` holds it; False means it was lost."""
+        ...
+
+    def release(self, session_id: str, owner: str) -> bool:
+        """Delete the lease iff ``owner`` holds it; False means "not owned"."""
+        ...
+
+    def holder(self, session_id: str) -> str | None:
+        """Current owner token, or None."""
+        ...
+
+    def ttl_ms(self, session_id: str) -> int | None:
+        """Remaining lease time in milliseconds, or None if not held."""
+        ...
+
+
+class TaskQueue(Protocol):
+    """Publishing work to the broker (Celery in production, a list in tests)."""
+
+    def publish_session(self, session_id: str, *, task_id: str) -> None:
+        """Enqueue ``run_session(session_id)`` on the ``sessions`` queue."""
+        ...
+

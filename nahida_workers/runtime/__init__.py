@@ -1,0 +1,1 @@
+"""nahida_workers.runtime."""

@@ -1,0 +1,110 @@
+"""One frozen settings object, loaded at the edge and passed down (STYLE.md 8).
+
+Every field reads ``NAHIDA_<FIELD>`` from the environment (or the env file
+named by ``NAHIDA_ENV_FILE``, default ``.env``).  Nothing reads the
+environment at import time: call :func:`load_settings` in a CLI command, a
+Celery signal handler or a test fixture.  ``config/env.example`` lists every
+field with its default; a test keeps the two in sync.
+
+Redis key prefixes and other fixed names live here as constants.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = [
+    "LEASE_KEY_TEMPLATE",
+    "SESSIONS_QUEUE",
+    "TOOLS_QUEUE",
+    "Settings",
+    "load_settings",
+]
+
+#: Redis key of a session lease (DESIGN.md section 4); prefixed by ``redis_key_prefix``.
+LEASE_KEY_TEMPLATE = "lease:session:{session_id}"
+#: Celery queue that carries ``run_session`` tasks.
+SESSIONS_QUEUE = "sessions"
+#: Celery queue that carries fanned-out read-only tool calls.
+TOOLS_QUEUE = "tools"
+
+
+class Settings(BaseSettings):
+    """Everything configurable, with units in the names (``_s`` seconds, ``_bytes``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="NAHIDA_", frozen=True, extra="ignore", env_file_encoding="utf-8"
+    )
+
+    # -- where things live ---------------------------------------------------
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/nahida"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    result_backend_url: str = "redis://127.0.0.1:6379/1"
+    redis_url: str = "redis://127.0.0.1:6379/2"
+    redis_key_prefix: str = ""
+
+    # -- lease and delivery (DESIGN.md section 4) -----------------------------
+    lease_ttl_s: float = Field(30.0, gt=0)
+    visibility_timeout_s: float = Field(3600.0, gt=0)
+
+    # -- loop limits (DESIGN.md section 6) -----------------------------------
+    max_steps: int = Field(50, ge=1)
+    wall_clock_budget_s: float = Field(3600.0, gt=0)
+
+    # -- tools (DESIGN.md section 5) -----------------------------------------
+    tool_output_max_bytes: int = Field(64 * 1024, ge=1024)
+    event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
+    bash_timeout_s: float = Field(120.0, gt=0)
+    local_tool_threads: int = Field(8, ge=1)
+    tool_placement: dict[str, str] = Field(default_factory=dict)
+
+    # -- maintenance ---------------------------------------------------------
+    sweeper_interval_s: float = Field(15.0, gt=0)
+    redispatch_after_s: float = Field(60.0, gt=0)
+
+    # -- providers (issue 4) -------------------------------------------------
+    provider: str = "scripted"
+    provider_base_url: str = "http://127.0.0.1:8089/v1"
+    provider_model: str = "scripted"
+    provider_api_key: SecretStr | None = None
+    provider_timeout_s: float = Field(120.0, gt=0)
+    provider_max_retries: int = Field(4, ge=0)
+
+    @model_validator(mode="after")
+    def _visibility_above_lease(self) -> Settings:
+        # A broker redelivery must never arrive while the first owner can still
+        # hold a live lease it renews; DESIGN.md section 4 / case B01.
+        if self.visibility_timeout_s <= self.lease_ttl_s:
+            raise ValueError(
+                f"visibility_timeout_s ({self.visibility_timeout_s}) must be larger than "
+                f"lease_ttl_s ({self.lease_ttl_s})"
+            )
+        return self
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        """The lease TTL in milliseconds, as Redis ``PX`` wants it."""
+        return int(self.lease_ttl_s * 1000)
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """Renew at ttl/3 (DESIGN.md section 4)."""
+        return self.lease_ttl_s / 3.0
+
+    def lease_key(self, session_id: str) -> str:
+        """The Redis key of a session's lease."""
+        return self.redis_key_prefix + LEASE_KEY_TEMPLATE.format(session_id=session_id)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment and the env file, then apply overrides.
+
+    Raises:
+        pydantic.ValidationError: a value is malformed (the message names it).
+    """
+    env_file = os.environ.get("NAHIDA_ENV_FILE", ".env")
+    return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
