@@ -1,0 +1,223 @@
+"""Anthropic Messages stream parser; pure, no I/O.
+
+Feed it the decoded SSE events of one ``stream: true`` response, then call
+:meth:`AnthropicStreamParser.finish`.  A plain JSON ``message`` body (a proxy
+that ignored ``stream``) goes through :func:`parse_anthropic_message`.
+
+Wire rules (Anthropic "Streaming Messages" doc and recordings W07-W11):
+
+* content blocks are accumulated per ``index``; ``text`` joins every ``text``
+  block in index order with no separator; ``thinking`` blocks are not text;
+* tool calls are the client ``tool_use`` blocks only -- ``server_tool_use``
+  and its result blocks ran on Anthropic's side and are never calls (W10);
+* ``input_json_delta`` fragments are joined per block; an empty join means
+  the block's start ``input`` (``{}`` in W09);
+* usage is ``message_start``'s usage updated by every non-null field of
+  ``message_delta``'s usage (W10: ``input_tokens`` changes there);
+* ``message_stop`` is the terminal marker; ``ping`` and unknown event types
+  are ignored (the doc asks clients to tolerate new ones);
+* ``event: error`` mid-stream raises the typed error (``overloaded_error`` ->
+  retryable, ``provider_unavailable``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nahida_workers.core.messages import ProviderTurn, StopReason, ToolCall, Usage
+from nahida_workers.providers.classify import build_turn, malformed_event, tool_call_from_raw
+from nahida_workers.providers.http_errors import error_from_payload
+from nahida_workers.providers.sse import SSEEvent
+
+__all__ = ["AnthropicStreamParser", "anthropic_usage", "parse_anthropic_message"]
+
+_STOP_MAP = {
+    "end_turn": StopReason.END_TURN,
+    "stop_sequence": StopReason.END_TURN,
+    "tool_use": StopReason.END_TURN,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "refusal": StopReason.CONTENT_FILTER,
+    "pause_turn": StopReason.OTHER,
+}
+_TOOL_STOPS = frozenset({"tool_use"})
+
+
+class _Block:
+    __slots__ = ("block_id", "initial_input", "kind", "name", "parts")
+
+    def __init__(self, kind: str, block: dict[str, Any]) -> None:
+        self.kind = kind
+        self.block_id = str(block.get("id") or "")
+        self.name = str(block.get("name") or "")
+        initial = block.get("input")
+        self.initial_input = initial if isinstance(initial, dict) else None
+        self.parts: list[str] = []
+
+
+def anthropic_usage(usage: dict[str, Any]) -> Usage:
+    """Map a Messages ``usage`` object to :class:`Usage`.
+
+    ``input_tokens`` (excludes cache reads), ``output_tokens``,
+    ``cache_read_input_tokens`` -> cache read, ``cache_creation_input_tokens``
+    -> cache write.  Missing or null fields count as 0.
+    """
+    return Usage(
+        input_tokens=usage.get("input_tokens") or 0,
+        output_tokens=usage.get("output_tokens") or 0,
+        cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
+        cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
+    )
+
+
+class AnthropicStreamParser:
+    """Accumulates Messages stream events into one :class:`ProviderTurn`.
+
+    Args:
+        provider: adapter name used in error messages.
+    """
+
+    __slots__ = ("_blocks", "_done", "_model", "_provider", "_stop", "_usage")
+
+    def __init__(self, *, provider: str = "anthropic") -> None:
+        self._provider = provider
+        self._blocks: dict[int, _Block] = {}
+        self._stop: str | None = None
+        self._usage: dict[str, Any] | None = None
+        self._model: str | None = None
+        self._done = False
+
+    def feed(self, event: SSEEvent) -> str:
+        """Consume one SSE event; return its text delta ("" when none).
+
+        Raises:
+            ProviderProtocolError: ``data`` is not a JSON object (retryable).
+            ProviderAPIError: an ``error`` event.
+        """
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            raise malformed_event(self._provider) from None
+        if not isinstance(data, dict):
+            raise malformed_event(self._provider)
+        return self.feed_data(data, event.event)
+
+    def feed_data(self, data: dict[str, Any], event_name: str = "message") -> str:
+        """Consume one parsed event object; return its text delta."""
+        kind = data.get("type") or event_name
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "content_block_start":
+            block = data.get("content_block")
+            block = block if isinstance(block, dict) else {}
+            started = _Block(str(block.get("type") or ""), block)
+            self._blocks[_index(data)] = started
+            text = block.get("text")
+            if started.kind == "text" and isinstance(text, str) and text:
+                started.parts.append(text)
+                return text
+        elif kind == "message_start":
+            message = data.get("message")
+            message = message if isinstance(message, dict) else {}
+            if isinstance(message.get("model"), str):
+                self._model = message["model"]
+            usage = message.get("usage")
+            if isinstance(usage, dict):
+                self._usage = dict(usage)
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self._stop = delta["stop_reason"]
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                merged = self._usage if self._usage is not None else {}
+                merged.update({k: v for k, v in usage.items() if v is not None})
+                self._usage = merged
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error":
+            error = data.get("error")
+            raise error_from_payload(
+                error if isinstance(error, dict) else {}, provider=self._provider
+            )
+        return ""
+
+    def mark_done(self) -> None:
+        """Record that the response is complete (a non-stream body has no message_stop)."""
+        self._done = True
+
+    def finish(self) -> ProviderTurn:
+        """Build the turn once the body has ended.
+
+        Raises:
+            ProviderProtocolError: no ``message_stop`` while a ``tool_use`` block
+                was in progress (retryable).
+        """
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.kind == "text":
+                text.extend(block.parts)
+            elif block.kind == "tool_use":
+                raw = "".join(block.parts)
+                if not raw.strip() and block.initial_input:
+                    raw = json.dumps(block.initial_input)
+                calls.append(tool_call_from_raw(block.block_id, block.name, raw))
+        return build_turn(
+            api=self._provider,
+            text="".join(text),
+            calls=calls,
+            raw_stop=self._stop,
+            stop_map=_STOP_MAP,
+            tool_stops=_TOOL_STOPS,
+            usage=anthropic_usage(self._usage) if self._usage is not None else None,
+            model=self._model,
+            terminal=self._done,
+        )
+
+    def _delta(self, data: dict[str, Any]) -> str:
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            return ""
+        index = _index(data)
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block = self._blocks.get(index)
+            if block is None:  # no content_block_start seen: it can only be text
+                block = self._blocks[index] = _Block("text", {})
+            text = delta.get("text")
+            if block.kind == "text" and isinstance(text, str) and text:
+                block.parts.append(text)
+                return text
+        elif kind == "input_json_delta":
+            block = self._blocks.get(index)
+            partial = delta.get("partial_json")
+            if block is not None and isinstance(partial, str) and partial:
+                block.parts.append(partial)
+        # thinking_delta, signature_delta, citations_delta: not text, not calls.
+        return ""
+
+
+def _index(data: dict[str, Any]) -> int:
+    index = data.get("index")
+    return index if isinstance(index, int) else 0
+
+
+def parse_anthropic_message(body: dict[str, Any], *, provider: str = "anthropic") -> ProviderTurn:
+    """Parse a non-streaming Messages response body with the stream rules.
+
+    Raises:
+        ProviderAPIError: the body is an ``error`` object.
+    """
+    parser = AnthropicStreamParser(provider=provider)
+    if body.get("type") == "error":
+        parser.feed_data(body)
+    parser.feed_data({"type": "message_start", "message": body})
+    content = body.get("content")
+    for index, block in enumerate(content if isinstance(content, list) else ()):
+        parser.feed_data({"type": "content_block_start", "index": index, "content_block": block})
+    parser.feed_data({"type": "message_delta", "delta": {"stop_reason": body.get("stop_reason")}})
+    parser.mark_done()
+    return parser.finish()

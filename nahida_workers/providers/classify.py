@@ -1,0 +1,126 @@
+"""Rules both stream parsers share: argument parsing and turn classification.
+
+Pure (no I/O).  The rules:
+
+* Arguments: an empty (or all-whitespace) string counts as ``{}``; text that
+  is not JSON, or JSON that is not an object, gives a :class:`ToolCall` with
+  ``arguments_error`` and ``raw_arguments`` set and ``arguments == {}`` -- the
+  runtime answers it with a tool error the model can correct; never raised.
+* Classification (case B09): ``stop_reason`` is ``TOOL_CALLS`` iff tool calls
+  were parsed; otherwise the API's reason, normalised.  When the API's reason
+  disagrees with what was parsed an ``Anomaly("finish_reason_mismatch",
+  {"finish_reason": raw, "parsed_tool_calls": n})`` is attached.
+* Truncation: a stream that ended before its terminal marker while a tool
+  call was in progress raises a retryable :class:`ProviderProtocolError` (the
+  call must never run); a text-only truncated stream gives the text with an
+  ``Anomaly("stream_truncated")`` and ``StopReason.OTHER``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from nahida_workers.core.events import FailureCode
+from nahida_workers.core.messages import Anomaly, ProviderTurn, StopReason, ToolCall, Usage
+from nahida_workers.errors import ProviderProtocolError
+
+__all__ = ["build_turn", "malformed_event", "tool_call_from_raw"]
+
+
+def tool_call_from_raw(call_id: str, name: str, raw: str) -> ToolCall:
+    """Parse the joined argument fragments of one call (rules above)."""
+    if not raw.strip():
+        return ToolCall(call_id=call_id, name=name)
+    try:
+        parsed: Any = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return ToolCall(
+            call_id=call_id,
+            name=name,
+            arguments_error=f"arguments are not valid JSON: {exc.msg} at position {exc.pos}",
+            raw_arguments=raw,
+        )
+    if not isinstance(parsed, dict):
+        return ToolCall(
+            call_id=call_id,
+            name=name,
+            arguments_error=f"arguments are not a JSON object (got {type(parsed).__name__})",
+            raw_arguments=raw,
+        )
+    return ToolCall(call_id=call_id, name=name, arguments=parsed)
+
+
+def malformed_event(api: str) -> ProviderProtocolError:
+    """The error for an event whose ``data`` is not a JSON object (retryable)."""
+    return ProviderProtocolError(
+        f"{api}: malformed JSON in a stream event (the stream may have been cut off)",
+        retryable=True,
+        failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
+    )
+
+
+def build_turn(
+    *,
+    api: str,
+    text: str,
+    calls: Iterable[ToolCall],
+    raw_stop: str | None,
+    stop_map: Mapping[str, StopReason],
+    tool_stops: Collection[str],
+    usage: Usage | None,
+    model: str | None,
+    terminal: bool,
+) -> ProviderTurn:
+    """Assemble and classify a :class:`ProviderTurn`.
+
+    Args:
+        api: adapter name for error messages.
+        text: the joined text.
+        calls: parsed client tool calls in provider order.
+        raw_stop: ``finish_reason`` / ``stop_reason`` as sent (``None`` if never sent).
+        stop_map: raw reason -> normalised reason for turns without calls;
+            unknown reasons map to ``OTHER``.
+        tool_stops: raw reasons that claim tool calls (``tool_calls``, ``tool_use``).
+        usage: the final usage or ``None``.
+        model: the model the provider reported.
+        terminal: whether the terminal marker arrived.
+
+    Raises:
+        ProviderProtocolError: truncated stream with tool calls in progress
+            (retryable, ``provider_protocol_invalid``).
+    """
+    tool_calls = tuple(calls)
+    anomalies: list[Anomaly] = []
+    if not terminal:
+        if tool_calls:
+            raise ProviderProtocolError(
+                f"{api}: the stream was cut off before its end marker while "
+                f"{len(tool_calls)} tool call(s) were incomplete; none will run",
+                retryable=True,
+                failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
+            )
+        anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
+    if tool_calls:
+        stop = StopReason.TOOL_CALLS
+    elif raw_stop is None:
+        stop = StopReason.OTHER if not terminal else StopReason.END_TURN
+    else:
+        stop = stop_map.get(raw_stop, StopReason.OTHER)
+    if raw_stop is not None and bool(tool_calls) != (raw_stop in tool_stops):
+        anomalies.append(
+            Anomaly(
+                code="finish_reason_mismatch",
+                detail={"finish_reason": raw_stop, "parsed_tool_calls": len(tool_calls)},
+            )
+        )
+    return ProviderTurn(
+        text=text,
+        tool_calls=tool_calls,
+        stop_reason=stop,
+        raw_stop_reason=raw_stop,
+        usage=usage,
+        model=model,
+        anomalies=tuple(anomalies),
+    )
