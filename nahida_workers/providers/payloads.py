@@ -1,0 +1,342 @@
+"""Neutral :class:`ProviderRequest` -> request body of each API (and one way back).
+
+Both builders first put the transcript in *exchange order*: each assistant
+message with tool calls is followed by its results in call order, then by any
+user messages that arrived while those calls were open (case B06: a synthetic
+result written after a later user message still lands right after its call).
+The transcript must already be paired (the core guarantees it, DESIGN.md
+section 3 step 1); an unpaired one raises :class:`PayloadInvalid` instead of
+producing a request the API would reject with a 400.
+
+OpenAI Chat Completions: ``system`` message first; assistant ``tool_calls``
+with arguments as JSON text; one ``tool`` message per call right after it.
+
+Anthropic Messages: top-level ``system``; assistant blocks are text then
+``tool_use``; the next user message starts with the ``tool_result`` blocks for
+exactly those ids in order (``is_error`` when set), and consecutive user
+content is merged because roles must alternate.  Empty text blocks are
+dropped (the API rejects them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from nahida_workers.core.messages import (
+    AssistantMessage,
+    Message,
+    ProviderRequest,
+    ToolCall,
+    ToolChoice,
+    ToolResultMessage,
+    UserMessage,
+)
+from nahida_workers.providers.validate import PayloadInvalid
+
+__all__ = [
+    "ANTHROPIC_DEFAULT_MAX_TOKENS",
+    "anthropic_messages",
+    "anthropic_messages_body",
+    "openai_chat_body",
+    "openai_messages",
+    "request_from_openai_body",
+]
+
+ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
+"""``max_tokens`` is required by Anthropic; used when neither request nor config sets it."""
+
+_ANTHROPIC_CHOICE = {
+    ToolChoice.AUTO: {"type": "auto"},
+    ToolChoice.REQUIRED: {"type": "any"},
+    ToolChoice.NONE: {"type": "none"},
+}
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """An assistant message with its results in call order and the user text held behind them."""
+
+    assistant: AssistantMessage
+    results: tuple[ToolResultMessage, ...]
+
+
+def _exchange_order(messages: tuple[Message, ...]) -> list[UserMessage | _Exchange]:
+    out: list[UserMessage | _Exchange] = []
+    open_call: AssistantMessage | None = None
+    results: dict[str, ToolResultMessage] = {}
+    held: list[UserMessage] = []
+
+    def close() -> None:
+        nonlocal open_call
+        if open_call is None:
+            return
+        missing = [c.call_id for c in open_call.tool_calls if c.call_id not in results]
+        if missing:
+            raise PayloadInvalid(f"tool call(s) {missing} have no tool result in the transcript")
+        ordered = tuple(results[c.call_id] for c in open_call.tool_calls)
+        out.append(_Exchange(open_call, ordered))
+        out.extend(held)
+        open_call = None
+        results.clear()
+        held.clear()
+
+    for message in messages:
+        if isinstance(message, AssistantMessage):
+            close()
+            if message.tool_calls:
+                open_call = message
+            else:
+                out.append(_Exchange(message, ()))
+        elif isinstance(message, ToolResultMessage):
+            ids = {c.call_id for c in open_call.tool_calls} if open_call else set()
+            if message.call_id not in ids or message.call_id in results:
+                raise PayloadInvalid(
+                    f"tool result for {message.call_id!r} does not answer exactly one "
+                    "call of the preceding assistant message"
+                )
+            results[message.call_id] = message
+        elif open_call is not None:
+            held.append(message)
+        else:
+            out.append(message)
+    close()
+    return out
+
+
+def _effective_choice(request: ProviderRequest, default: ToolChoice | None) -> ToolChoice:
+    # The request's explicit non-auto choice wins; "auto" means "not specified".
+    if request.tool_choice is ToolChoice.AUTO and default is not None:
+        return default
+    return request.tool_choice
+
+
+def _arguments_json(call: ToolCall) -> str:
+    # Parsed arguments only: a call with arguments_error is sent as {} (its
+    # tool result explains the error) so strict servers never see bad JSON.
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def openai_messages(request: ProviderRequest) -> list[dict[str, Any]]:
+    """The ``messages`` array for Chat Completions.
+
+    Raises:
+        PayloadInvalid: the transcript is not paired.
+    """
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for item in _exchange_order(request.messages):
+        if isinstance(item, UserMessage):
+            out.append({"role": "user", "content": item.text})
+            continue
+        message: dict[str, Any] = {"role": "assistant", "content": item.assistant.text or None}
+        if item.assistant.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": c.call_id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _arguments_json(c)},
+                }
+                for c in item.assistant.tool_calls
+            ]
+        else:
+            message["content"] = item.assistant.text
+        out.append(message)
+        out.extend(
+            {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in item.results
+        )
+    return out
+
+
+def openai_chat_body(
+    request: ProviderRequest,
+    *,
+    model: str,
+    supports_tools: bool = True,
+    tool_choice: ToolChoice | None = None,
+    max_output_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST {base_url}/chat/completions`` (streaming, usage included).
+
+    Args:
+        request: the neutral request.
+        model: model name sent as ``model``.
+        supports_tools: False -> no ``tools``/``tool_choice`` keys at all.
+        tool_choice: provider default used when the request says ``auto``.
+        max_output_tokens: used when the request sets none (tokens).
+
+    Raises:
+        PayloadInvalid: the transcript is not paired.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": openai_messages(request),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    limit = request.max_output_tokens or max_output_tokens
+    if limit is not None:
+        body["max_tokens"] = limit
+    if supports_tools and request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in request.tools
+        ]
+        body["tool_choice"] = _effective_choice(request, tool_choice).value
+    return body
+
+
+def anthropic_messages(request: ProviderRequest) -> list[dict[str, Any]]:
+    """The ``messages`` array for Anthropic Messages (alternating roles).
+
+    Raises:
+        PayloadInvalid: the transcript is not paired.
+    """
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+
+    for item in _exchange_order(request.messages):
+        if isinstance(item, UserMessage):
+            add("user", [{"type": "text", "text": item.text}] if item.text else [])
+            continue
+        blocks: list[dict[str, Any]] = []
+        if item.assistant.text:
+            blocks.append({"type": "text", "text": item.assistant.text})
+        blocks.extend(
+            {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}
+            for c in item.assistant.tool_calls
+        )
+        add("assistant", blocks)
+        add("user", [_tool_result(r) for r in item.results])
+    out: list[dict[str, Any]] = []
+    for role, blocks in turns:
+        if role == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
+            out.append({"role": role, "content": blocks[0]["text"]})
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _tool_result(result: ToolResultMessage) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": result.call_id,
+        "content": result.content,
+    }
+    if result.is_error:
+        block["is_error"] = True
+    return block
+
+
+def anthropic_messages_body(
+    request: ProviderRequest,
+    *,
+    model: str,
+    supports_tools: bool = True,
+    tool_choice: ToolChoice | None = None,
+    max_output_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST {base_url}/v1/messages`` (streaming).
+
+    ``tool_choice`` maps auto -> ``{"type": "auto"}``, required ->
+    ``{"type": "any"}``, none -> ``{"type": "none"}`` (Anthropic tool-use doc).
+    ``max_tokens`` is required: request, then config, then
+    :data:`ANTHROPIC_DEFAULT_MAX_TOKENS`.
+
+    Raises:
+        PayloadInvalid: the transcript is not paired.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_output_tokens
+        or max_output_tokens
+        or ANTHROPIC_DEFAULT_MAX_TOKENS,
+        "messages": anthropic_messages(request),
+        "stream": True,
+    }
+    if request.system:
+        body["system"] = request.system
+    if supports_tools and request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+        body["tool_choice"] = dict(_ANTHROPIC_CHOICE[_effective_choice(request, tool_choice)])
+    return body
+
+
+def request_from_openai_body(body: dict[str, Any], *, run_id: str = "mock") -> ProviderRequest:
+    """Read a Chat Completions request body back into a neutral request.
+
+    Used by the mock server to serve the scripted provider's turns (and to
+    resolve ``${result:...}`` references).  ``turn_index`` is the number of
+    assistant messages in the body, so serving is stateless across resumes.
+    Non-text content parts are joined as text; unknown roles are skipped.
+    """
+    system: list[str] = []
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    turns = 0
+    for raw in body.get("messages") or ():
+        role = raw.get("role")
+        text = _content_text(raw.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role == "user":
+            messages.append(UserMessage(text=text))
+        elif role == "assistant":
+            turns += 1
+            calls = []
+            for call in raw.get("tool_calls") or ():
+                function = call.get("function") or {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    arguments = {}
+                name = str(function.get("name") or "")
+                names[str(call.get("id"))] = name
+                calls.append(
+                    ToolCall(
+                        call_id=str(call.get("id")),
+                        name=name,
+                        arguments=arguments if isinstance(arguments, dict) else {},
+                    )
+                )
+            messages.append(AssistantMessage(text=text, tool_calls=tuple(calls)))
+        elif role == "tool":
+            call_id = str(raw.get("tool_call_id"))
+            messages.append(
+                ToolResultMessage(call_id=call_id, name=names.get(call_id, ""), content=text)
+            )
+    return ProviderRequest(
+        run_id=run_id,
+        turn_index=turns,
+        system="\n".join(system) or None,
+        messages=tuple(messages),
+    )
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) for part in content if isinstance(part, dict)
+        )
+    return ""
