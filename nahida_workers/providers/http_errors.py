@@ -115,9 +115,7 @@ def classify_status(status: int) -> tuple[FailureCode, bool]:
     return FailureCode.PROVIDER_ERROR, False
 
 
-def parse_retry_after(
-    headers: Mapping[str, str], *, now: datetime | None = None
-) -> float | None:
+def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
     """Seconds the server asked us to wait, or ``None``.
 
     Args:
@@ -251,9 +249,7 @@ def _ident(body: Mapping[str, Any] | None, key: str) -> str | None:
     return value if isinstance(value, str) and _IDENT.match(value) else None
 
 
-def _message(
-    provider: str, what: str, code: FailureCode, body: Mapping[str, Any] | None
-) -> str:
+def _message(provider: str, what: str, code: FailureCode, body: Mapping[str, Any] | None) -> str:
     parts = [f"{provider}: {what} ({code.value})"]
     for key in ("type", "code"):
         ident = _ident(body, key)

@@ -169,9 +169,7 @@ class HTTPProvider:
         )
 
     # -- one attempt ----------------------------------------------------------
-    def _attempt(
-        self, body: dict[str, Any], on_text: Callable[[str], None] | None
-    ) -> ProviderTurn:
+    def _attempt(self, body: dict[str, Any], on_text: Callable[[str], None] | None) -> ProviderTurn:
         headers = {"accept": "text/event-stream", **self._auth_headers(self._api_key)}
         try:
             with self._client.stream(

@@ -236,7 +236,10 @@ class MockLLMServer:
         bound_port = int(self._server.server_address[1])
         self.url = f"http://{host}:{bound_port}/v1"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="nahida-mock-llm", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # shutdown() waits up to one poll
+            name="nahida-mock-llm",
+            daemon=True,
         )
         self._thread.start()
 

@@ -336,7 +336,5 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        )
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""
