@@ -1,0 +1,167 @@
+"""Grep: search file contents with a Python regular expression."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from nahida_workers.core.events import EvidenceKind, ToolStatus
+from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.glob import compile_glob
+from nahida_workers.tools.workspace import (
+    looks_binary,
+    relative_to_workspace,
+    resolve_inside,
+    walk_files,
+)
+
+__all__ = ["DEFAULT_MAX_MATCHES", "MAX_FILE_BYTES", "MAX_LINE_CHARS", "Grep"]
+
+#: Matches printed when the model gives no ``max_matches``.
+DEFAULT_MAX_MATCHES = 500
+
+#: Files larger than this are skipped (bytes).
+MAX_FILE_BYTES = 2 * 1024 * 1024
+
+#: Characters of a matching line printed before it is cut.
+MAX_LINE_CHARS = 300
+
+_DESCRIPTION = (
+    "Search file contents with a Python regular expression (re module syntax), "
+    "one line at a time. Prints `path:line_number:line` for each matching line, "
+    "paths relative to the workspace. `path` is a file or a directory to search "
+    "(default: the workspace root); `glob` filters file names (e.g. `*.py`, or "
+    "`src/**/*.ts` when it contains a `/`). Skips .git, binary files and files over "
+    f"{MAX_FILE_BYTES // (1024 * 1024)} MiB. Stops after max_matches "
+    f"(default {DEFAULT_MAX_MATCHES})."
+)
+
+
+class Grep(Tool):
+    """Regex search over the workspace's text files.
+
+    Arguments: ``{"pattern": str, "path"?: str, "glob"?: str,
+    "case_insensitive"?: bool, "max_matches"?: int}``.  A ``glob`` without
+    ``/`` matches file names; with ``/`` it matches paths relative to
+    ``path``.  An explicit file ``path`` is searched whatever ``glob`` says.
+
+    Evidence: ``matches`` (lines printed), ``files`` (files with a match),
+    ``files_scanned``, ``truncated`` (stopped at ``max_matches``).  Error
+    codes: ``invalid_pattern``, ``not_found``, ``not_a_file``,
+    ``path_outside_workspace``.
+    """
+
+    spec = ToolSpec(
+        name="Grep",
+        description=_DESCRIPTION,
+        input_schema={
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "minLength": 1},
+                "path": {"type": "string"},
+                "glob": {"type": "string", "minLength": 1},
+                "case_insensitive": {"type": "boolean"},
+                "max_matches": {"type": "integer", "minimum": 1, "maximum": 10000},
+            },
+            "required": ["pattern"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        concurrency_safe=True,
+        idempotent=True,
+        evidence_kind=EvidenceKind.OBSERVE,
+        timeout_s=60.0,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Search; see the class docstring for arguments and evidence."""
+        flags = re.IGNORECASE if arguments.get("case_insensitive", False) else 0
+        try:
+            regex = re.compile(str(arguments["pattern"]), flags)
+        except re.error as exc:
+            return ToolOutcome.error(
+                f"invalid regular expression {arguments['pattern']!r}: {exc}",
+                code="invalid_pattern",
+            )
+        max_matches = int(arguments.get("max_matches", DEFAULT_MAX_MATCHES))
+        user_path = str(arguments.get("path", "."))
+        top = resolve_inside(ctx.workspace, user_path)
+        if not top.exists():
+            return ToolOutcome.error(f"path not found: {user_path}", code="not_found")
+        files: Iterable[Path]
+        if top.is_dir():
+            name_filter = arguments.get("glob")
+            files = walk_files(ctx.workspace, top, cancel=ctx.cancel)
+            if name_filter is not None:
+                files = _filtered(files, top, str(name_filter))
+        elif top.is_file():
+            files = [top]
+        else:
+            return ToolOutcome.error(f"{user_path} is not a regular file", code="not_a_file")
+
+        out: list[str] = []
+        files_matched = files_scanned = 0
+        truncated = False
+        for path in files:
+            lines = _text_lines(path)
+            if lines is None:
+                continue
+            files_scanned += 1
+            rel = relative_to_workspace(ctx.workspace, path)
+            hit = False
+            for lineno, line in enumerate(lines, start=1):
+                if regex.search(line) is None:
+                    continue
+                if len(out) >= max_matches:
+                    truncated = True
+                    break
+                hit = True
+                shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
+                out.append(f"{rel}:{lineno}:{shown}")
+            files_matched += hit
+            if truncated:
+                break
+        if ctx.cancel.is_set():
+            return ToolOutcome(ToolStatus.CANCELLED, "cancelled", {"error_code": "cancelled"})
+        evidence = {
+            "matches": len(out),
+            "files": files_matched,
+            "files_scanned": files_scanned,
+            "truncated": truncated,
+        }
+        if not out:
+            return ToolOutcome(ToolStatus.OK, "No matches found.", evidence)
+        if truncated:
+            out.append(f"... (stopped at max_matches={max_matches}; narrow the pattern or path)")
+        return ToolOutcome(ToolStatus.OK, "\n".join(out), evidence)
+
+
+def _filtered(files: Iterable[Path], top: Path, name_glob: str) -> Iterable[Path]:
+    regex = compile_glob(name_glob)
+    by_path = "/" in name_glob
+    for path in files:
+        subject = path.relative_to(top).as_posix() if by_path else path.name
+        if regex.match(subject):
+            yield path
+
+
+def _text_lines(path: Path) -> list[str] | None:
+    """The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
+
+    Skipped: unreadable files, files over :data:`MAX_FILE_BYTES`, binary files.
+    """
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_FILE_BYTES or looks_binary(data):
+        return None
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
