@@ -276,4 +276,3 @@ class TaskQueue(Protocol):
     def publish_session(self, session_id: str, *, task_id: str) -> None:
         """Enqueue ``run_session(session_id)`` on the ``sessions`` queue."""
         ...
-

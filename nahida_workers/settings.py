@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     bash_timeout_s: float = Field(120.0, gt=0)
     local_tool_threads: int = Field(8, ge=1)
     tool_placement: dict[str, str] = Field(default_factory=dict)
+    extra_tools: list[str] = Field(default_factory=list)
 
     # -- maintenance ---------------------------------------------------------
     sweeper_interval_s: float = Field(15.0, gt=0)

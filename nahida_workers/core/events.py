@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CompletionContract",
     "Event",
     "EventType",
     "EvidenceKind",
     "EvidenceMode",
     "ExecutionReceipt",
     "FailureCode",
-    "CompletionContract",
     "ReasonCode",
     "SessionStatus",
     "TerminalState",

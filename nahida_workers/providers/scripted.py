@@ -171,7 +171,9 @@ def scripted_turn(turn: ScriptTurn, request: ProviderRequest) -> ProviderTurn:
             calls.append(ToolCall(call_id=call.id, name=call.name, arguments=parsed))
         else:
             calls.append(
-                ToolCall(call_id=call.id, name=call.name, arguments=_resolve(call.arguments, results))
+                ToolCall(
+                    call_id=call.id, name=call.name, arguments=_resolve(call.arguments, results)
+                )
             )
     stop = turn.stop_reason or (StopReason.TOOL_CALLS if calls else StopReason.END_TURN)
     return ProviderTurn(

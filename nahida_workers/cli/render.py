@@ -1,0 +1,114 @@
+"""Rich tables and transcripts for the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from nahida_workers.core.events import Event, EventType, ExecutionReceipt
+from nahida_workers.core.records import RunRecord
+from nahida_workers.ports import Ledger
+
+__all__ = ["batch_table", "batches_table", "print_run"]
+
+_STYLE = {
+    "completed": "green",
+    "unverified": "yellow",
+    "incomplete": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
+}
+
+
+def batch_table(report: dict[str, Any]) -> Table:
+    """Repo, terminal state, reason, turns, tool calls, seconds -- one row per session."""
+    table = Table(title=f"batch {report['batch_id']} ({report.get('job')})")
+    for column in ("repo", "state", "reason", "turns", "tool calls", "seconds", "run"):
+        table.add_column(column, overflow="fold")
+    for row in report["sessions"]:
+        state = row["terminal_state"] or row["status"]
+        seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
+        table.add_row(
+            row["workspace"].rsplit("/", 1)[-1],
+            f"[{_STYLE.get(state, 'white')}]{state}[/]",
+            row["reason"] or "-",
+            str(row["turns"]),
+            str(row["tool_calls"]),
+            seconds,
+            row["run_id"] or "-",
+        )
+    return table
+
+
+def batches_table(ledger: Ledger) -> Table:
+    """Every batch with its session counts by status."""
+    table = Table(title="batches")
+    for column in ("batch", "job", "created", "sessions", "done"):
+        table.add_column(column)
+    for batch in ledger.batches():
+        sessions = ledger.sessions(batch_id=batch.batch_id)
+        done = sum(1 for s in sessions if s.status.value == "done")
+        table.add_row(
+            batch.batch_id,
+            batch.job_name,
+            batch.created_at.isoformat(timespec="seconds"),
+            str(len(sessions)),
+            str(done),
+        )
+    return table
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+def print_run(
+    console: Console,
+    run: RunRecord,
+    events: Sequence[Event],
+    receipts: Sequence[ExecutionReceipt],
+) -> None:
+    """The ordered transcript of a run: every event, tool calls with their receipts."""
+    by_call = {r.call_id: r for r in receipts}
+    state = run.terminal_state.value if run.terminal_state else "open"
+    console.print(
+        f"[bold]run {run.run_id}[/] session {run.session_id} provider {run.provider}/{run.model} "
+        f"state [{_STYLE.get(state, 'white')}]{state}[/] reason {run.terminal_reason or '-'} "
+        f"trace {run.trace_id}"
+    )
+    for e in events:
+        head = f"#{e.sequence:<3} [cyan]{e.type.value:<16}[/] epoch {e.epoch}"
+        p = e.payload
+        if e.type is EventType.USER_INPUT:
+            console.print(f"{head} ({p.get('source')}) {_short(p.get('text'))}")
+        elif e.type is EventType.ASSISTANT_OUTPUT:
+            console.print(
+                f"{head} turn {p.get('turn')} stop {p.get('stop_reason')}: {_short(p.get('text'))}"
+            )
+        elif e.type is EventType.TOOL_CALL:
+            console.print(f"{head} {e.call_id} {p.get('name')}({_short(p.get('arguments'), 200)})")
+            receipt = by_call.get(e.call_id or "")
+            if receipt is not None:
+                ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
+                console.print(
+                    f"       receipt {receipt.status.value} {receipt.evidence_kind.value} "
+                    f"{ms:.1f} ms fp {receipt.input_fingerprint[:12]} "
+                    f"evidence {_short(receipt.evidence, 400)}"
+                )
+            else:
+                console.print("       receipt: none")
+        elif e.type is EventType.TOOL_RESULT:
+            flag = " synthetic" if p.get("synthetic") else ""
+            console.print(f"{head} {e.call_id} {p.get('status')}{flag}: {_short(p.get('content'))}")
+        elif e.type is EventType.TERMINAL:
+            console.print(
+                f"{head} [bold]{p.get('state')}[/] {p.get('reason')}: {_short(p.get('final_text'))}"
+            )
+        else:
+            console.print(f"{head} {_short(p)}")

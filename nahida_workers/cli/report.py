@@ -1,0 +1,87 @@
+"""Batch reports built from the ledger: one row per session, receipts included.
+
+The JSON report carries what the receipts recorded (evidence per call), so a
+survey's numbers come from the ledger, never from the model's prose.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from nahida_workers.core.events import EventType
+from nahida_workers.core.records import SessionRecord
+from nahida_workers.ports import Ledger
+
+__all__ = ["batch_report", "session_row"]
+
+
+def session_row(ledger: Ledger, session: SessionRecord) -> dict[str, Any]:
+    """Everything the batch table and the JSON report show for one session."""
+    runs = ledger.runs_of(session.session_id)
+    run = runs[-1] if runs else None
+    row: dict[str, Any] = {
+        "session_id": session.session_id,
+        "workspace": session.workspace,
+        "status": session.status.value,
+        "run_id": run.run_id if run else None,
+        "terminal_state": None,
+        "reason": None,
+        "failure_code": None,
+        "turns": 0,
+        "tool_calls": 0,
+        "seconds": None,
+        "final_text": None,
+        "calls": [],
+    }
+    if run is None:
+        return row
+    events = ledger.events(run.run_id)
+    receipts = {r.call_id: r for r in ledger.receipts(run.run_id)}
+    results = {e.call_id: e.payload for e in events if e.type is EventType.TOOL_RESULT}
+    calls = []
+    for event in events:
+        if event.type is not EventType.TOOL_CALL:
+            continue
+        receipt = receipts.get(event.call_id or "")
+        result = results.get(event.call_id, {})
+        calls.append(
+            {
+                "call_id": event.call_id,
+                "tool": event.payload.get("name"),
+                "arguments": event.payload.get("arguments"),
+                "status": result.get("status", "missing"),
+                "evidence": receipt.evidence if receipt else None,
+            }
+        )
+    terminal = next((e.payload for e in events if e.type is EventType.TERMINAL), None)
+    row.update(
+        terminal_state=run.terminal_state.value if run.terminal_state else None,
+        reason=run.terminal_reason.value if run.terminal_reason else None,
+        failure_code=run.failure_code.value if run.failure_code else None,
+        turns=sum(1 for e in events if e.type is EventType.ASSISTANT_OUTPUT),
+        tool_calls=len(calls),
+        seconds=(run.ended_at - run.started_at).total_seconds() if run.ended_at else None,
+        final_text=terminal.get("final_text") if terminal else None,
+        calls=calls,
+    )
+    return row
+
+
+def batch_report(
+    ledger: Ledger, batch_id: str, *, started_at: datetime | None = None
+) -> dict[str, Any]:
+    """The JSON report of a batch: sessions in dispatch order plus a summary."""
+    batch = ledger.get_batch(batch_id)
+    rows = [session_row(ledger, s) for s in ledger.sessions(batch_id=batch_id)]
+    counts = Counter(r["terminal_state"] or r["status"] for r in rows)
+    return {
+        "batch_id": batch_id,
+        "job": batch.job_name if batch else None,
+        "created_at": batch.created_at.isoformat() if batch else None,
+        "started_at": started_at.isoformat() if started_at else None,
+        "summary": dict(sorted(counts.items())),
+        "all_completed": bool(rows) and all(r["terminal_state"] == "completed" for r in rows),
+        "sessions": rows,
+    }

@@ -1,0 +1,397 @@
+"""The agent loop as a pure state machine (DESIGN.md sections 3 and 9).
+
+:func:`decide` looks at the committed run state and the outside signals and
+returns one decision value.  The runtime performs it, commits the events the
+``*_events`` builders return, applies them to the state, and asks again.
+Nothing here does I/O, reads a clock or draws a random number: ``now`` and
+every id come in as arguments, so the loop is tested fast and in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nahida_workers.core.events import (
+    CompletionContract,
+    Event,
+    EventType,
+    FailureCode,
+    ReasonCode,
+    TerminalState,
+    ToolStatus,
+)
+from nahida_workers.core.messages import (
+    Anomaly,
+    ProviderRequest,
+    ProviderTurn,
+    ToolCall,
+    ToolChoice,
+    ToolSchema,
+)
+from nahida_workers.core.ordering import Batch, plan_batches
+from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_payload, result_payload
+from nahida_workers.core.policy import CandidateContext, Correct, Settle, evaluate_candidate
+from nahida_workers.core.state import RunState
+from nahida_workers.core.transcript import orphan_calls, project
+
+__all__ = [
+    "CallProvider",
+    "CallResult",
+    "Decision",
+    "Done",
+    "Finish",
+    "LoopConfig",
+    "Persist",
+    "RunBatch",
+    "Signals",
+    "decide",
+    "final_text_for",
+    "recovery_events",
+    "result_events",
+    "terminal_event",
+    "turn_events",
+]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """What the loop needs to know about the session (from its config snapshot).
+
+    Attributes:
+        system_prompt: sent with every provider call.
+        tools: schemas offered to the model (empty: no tool calling).
+        tool_choice: auto / required / none.
+        may_fan_out: tool name -> read-only and concurrency-safe.
+        contract: the completion contract.
+        max_steps: provider turns before the run ends ``incomplete``.
+        wall_clock_budget_s: seconds of run time before ``incomplete``.
+        max_output_tokens: cap per provider reply, in tokens.
+    """
+
+    system_prompt: str | None = None
+    tools: tuple[ToolSchema, ...] = ()
+    tool_choice: ToolChoice = ToolChoice.AUTO
+    may_fan_out: Callable[[str], bool] = field(default=lambda _name: False)
+    contract: CompletionContract = field(default_factory=CompletionContract)
+    max_steps: int = 50
+    wall_clock_budget_s: float = 3600.0
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Observations of the outside world at a loop boundary.
+
+    Attributes:
+        now: current UTC time (stamped on events).
+        cancel_requested: the session's cancel flag is set.
+        elapsed_s: seconds this run has been executing.
+    """
+
+    now: datetime
+    cancel_requested: bool = False
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class CallProvider:
+    """Call the provider with this request, then commit :func:`turn_events`."""
+
+    request: ProviderRequest
+
+
+@dataclass(frozen=True)
+class RunBatch:
+    """Execute this batch, then commit :func:`result_events` with the receipts."""
+
+    batch: Batch
+
+
+@dataclass(frozen=True)
+class Persist:
+    """Commit these events (e.g. a correction turn), then decide again."""
+
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Commit the terminal event and the run row, release the session."""
+
+    state: TerminalState
+    reason: ReasonCode
+    final_text: str
+    failure_code: FailureCode | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The run is already terminal; nothing to do."""
+
+
+Decision = CallProvider | RunBatch | Persist | Finish | Done
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What the executor produced for one call, before it is committed."""
+
+    call_id: str
+    name: str
+    status: ToolStatus
+    content: str
+    evidence_kind: str = "none"
+
+
+def _event(
+    state: RunState,
+    offset: int,
+    kind: EventType,
+    payload: dict[str, Any],
+    now: datetime,
+    call_id: str | None = None,
+) -> Event:
+    return Event(
+        run_id=state.run_id,
+        sequence=state.next_sequence + offset,
+        type=kind,
+        payload=payload,
+        call_id=call_id,
+        created_at=now,
+    )
+
+
+def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -> str:
+    """The final text a user sees; for anything but completed the runtime writes it.
+
+    The model's own words are shown only for ``completed`` (DESIGN.md section 6).
+    """
+    if state is TerminalState.COMPLETED:
+        return answer
+    plain = {
+        TerminalState.UNVERIFIED: "The work is not verified",
+        TerminalState.INCOMPLETE: "The work is not finished",
+        TerminalState.FAILED: "The run failed",
+        TerminalState.CANCELLED: "The run was cancelled",
+    }[state]
+    return f"{plain} ({reason.value.replace('_', ' ')})."
+
+
+def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
+    """The next step of the loop, from committed state only."""
+    if state.terminal is not None:
+        return Done()
+    if signals.cancel_requested:
+        return _finish(TerminalState.CANCELLED, ReasonCode.CANCELLED)
+    pending = state.pending_calls()
+    if pending:
+        return RunBatch(plan_batches(pending, config.may_fan_out)[0])
+    last = state.last_of(EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT)
+    if (
+        last is not None
+        and last.type is EventType.ASSISTANT_OUTPUT
+        and not last.payload.get("call_ids")
+    ):
+        return _judge_candidate(state, config, signals, str(last.payload.get("text", "")))
+    if state.turns >= config.max_steps:
+        return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+    if signals.elapsed_s >= config.wall_clock_budget_s:
+        return _finish(TerminalState.INCOMPLETE, ReasonCode.BUDGET_EXHAUSTED)
+    return CallProvider(
+        ProviderRequest(
+            run_id=state.run_id,
+            turn_index=state.turns,
+            system=config.system_prompt,
+            messages=tuple(project(state.events)),
+            tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
+            tool_choice=config.tool_choice,
+            max_output_tokens=config.max_output_tokens,
+        )
+    )
+
+
+def _finish(
+    state: TerminalState, reason: ReasonCode, answer: str = "", code: FailureCode | None = None
+) -> Finish:
+    return Finish(state, reason, final_text_for(state, reason, answer), code)
+
+
+def _judge_candidate(
+    state: RunState, config: LoopConfig, signals: Signals, answer: str
+) -> Decision:
+    action = evaluate_candidate(
+        CandidateContext(state=state, contract=config.contract, tool_choice=config.tool_choice)
+    )
+    if isinstance(action, Settle):
+        return _finish(action.state, action.reason, answer)
+    assert isinstance(action, Correct)
+    if state.turns >= config.max_steps:
+        return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+    return Persist(
+        (
+            _event(
+                state,
+                0,
+                EventType.CONTROL,
+                {"kind": "correction", "stage": action.stage},
+                signals.now,
+            ),
+            _event(
+                state,
+                1,
+                EventType.USER_INPUT,
+                {"text": action.text, "source": "correction", "message_id": None},
+                signals.now,
+            ),
+        )
+    )
+
+
+def _unique_ids(state: RunState, calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:
+    """Make call ids unique within the run (servers reuse ``call_0`` per reply)."""
+    seen = set(state.calls)
+    out: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        call_id = call.call_id or f"call_t{turn}_{index}"
+        candidate, n = call_id, 1
+        while candidate in seen:
+            n += 1
+            candidate = f"{call_id}#{n}"
+        seen.add(candidate)
+        out.append(
+            call if candidate == call.call_id else call.model_copy(update={"call_id": candidate})
+        )
+    return out
+
+
+def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[Event, ...]:
+    """Events of one provider turn, committed in ONE transaction (section 3 step 3).
+
+    ``assistant_output`` first, then every ``tool_call`` in provider order,
+    then one ``provider_anomaly`` per irregularity the parser reported and per
+    call id this function had to rename.
+    """
+    index = state.turns
+    calls = _unique_ids(state, turn.tool_calls, index)
+    anomalies = list(turn.anomalies)
+    renamed = [
+        (a.call_id, b.call_id)
+        for a, b in zip(turn.tool_calls, calls, strict=True)
+        if a.call_id != b.call_id
+    ]
+    if renamed:
+        anomalies.append(Anomaly(code="call_id_reused", detail={"renamed": renamed}))
+    payload = {
+        "text": turn.text,
+        "turn": index,
+        "stop_reason": turn.stop_reason.value,
+        "raw_stop_reason": turn.raw_stop_reason,
+        "usage": turn.usage.model_dump() if turn.usage else None,
+        "model": turn.model,
+        "call_ids": [c.call_id for c in calls],
+    }
+    events = [_event(state, 0, EventType.ASSISTANT_OUTPUT, payload, now)]
+    for i, call in enumerate(calls):
+        events.append(
+            _event(
+                state,
+                len(events),
+                EventType.TOOL_CALL,
+                call_payload(call, turn=index, index=i),
+                now,
+                call.call_id,
+            )
+        )
+    for anomaly in anomalies:
+        events.append(
+            _event(
+                state,
+                len(events),
+                EventType.PROVIDER_ANOMALY,
+                {"code": anomaly.code, "detail": anomaly.detail, "turn": index},
+                now,
+            )
+        )
+    return tuple(events)
+
+
+def result_events(
+    state: RunState, results: Sequence[CallResult], *, now: datetime
+) -> tuple[Event, ...]:
+    """``tool_result`` events of one batch, in the order given (provider order)."""
+    return tuple(
+        _event(
+            state,
+            i,
+            EventType.TOOL_RESULT,
+            result_payload(
+                call_id=r.call_id,
+                name=r.name,
+                status=r.status,
+                content=r.content,
+                evidence_kind=r.evidence_kind,
+            ),
+            now,
+            r.call_id,
+        )
+        for i, r in enumerate(results)
+    )
+
+
+def recovery_events(state: RunState, *, now: datetime, epoch: int) -> tuple[Event, ...]:
+    """Close every orphan call of the whole run (not only the tail; case B06).
+
+    Each committed call without a result gets a synthetic ``interrupted``
+    result -- never re-executed: its side effect may have happened.  One
+    ``control`` event records the recovery.  Running it again on the result
+    changes nothing (no orphans are left).
+    """
+    orphans = orphan_calls(state.events)
+    if not orphans:
+        return ()
+    events = [
+        _event(
+            state,
+            0,
+            EventType.CONTROL,
+            {"kind": "recovery", "epoch": epoch, "closed": [c.call_id for c in orphans]},
+            now,
+        )
+    ]
+    for call in orphans:
+        events.append(
+            _event(
+                state,
+                len(events),
+                EventType.TOOL_RESULT,
+                result_payload(
+                    call_id=call.call_id,
+                    name=call.name,
+                    status=ToolStatus.INTERRUPTED,
+                    content=INTERRUPTED_TEXT,
+                    synthetic=True,
+                ),
+                now,
+                call.call_id,
+            )
+        )
+    return tuple(events)
+
+
+def terminal_event(state: RunState, finish: Finish, *, now: datetime) -> Event:
+    """The run's one ``terminal`` event."""
+    return _event(
+        state,
+        0,
+        EventType.TERMINAL,
+        {
+            "state": finish.state.value,
+            "reason": finish.reason.value,
+            "failure_code": finish.failure_code.value if finish.failure_code else None,
+            "final_text": finish.final_text,
+        },
+        now,
+    )

@@ -1,0 +1,94 @@
+"""Payload shapes of each event type, built and read in one place.
+
+================  ===========================================================
+event type        payload keys
+================  ===========================================================
+user_input        text, source (prompt | steering | correction | inbox), message_id
+assistant_output  text, turn, stop_reason, raw_stop_reason, usage, model, call_ids
+tool_call         call_id, name, arguments, arguments_error, raw_arguments, turn, index
+tool_result       call_id, name, status, content, is_error, synthetic, evidence_kind
+provider_anomaly  code, detail, turn
+control           kind, plus kind-specific keys
+terminal          state, reason, failure_code, final_text
+================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nahida_workers.core.events import ToolStatus
+from nahida_workers.core.messages import ToolCall
+
+__all__ = [
+    "ABORTED_TEXT",
+    "INTERRUPTED_TEXT",
+    "call_from_payload",
+    "call_payload",
+    "result_payload",
+]
+
+#: Content of a synthetic result for a call that lost its worker (case B06).
+INTERRUPTED_TEXT = "interrupted: the worker was lost before a result was recorded"
+#: Content of a result that arrived for an older executor epoch (issue 3).
+ABORTED_TEXT = "aborted: the call was cancelled before its result could be used"
+
+
+def call_payload(call: ToolCall, *, turn: int, index: int) -> dict[str, Any]:
+    """Payload of a ``tool_call`` event."""
+    return {
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "arguments_error": call.arguments_error,
+        "raw_arguments": call.raw_arguments,
+        "turn": turn,
+        "index": index,
+    }
+
+
+def call_from_payload(payload: Mapping[str, Any]) -> ToolCall:
+    """Rebuild the :class:`ToolCall` of a ``tool_call`` payload."""
+    arguments = payload.get("arguments")
+    return ToolCall(
+        call_id=str(payload["call_id"]),
+        name=str(payload["name"]),
+        arguments=arguments if isinstance(arguments, dict) else {},
+        arguments_error=payload.get("arguments_error"),
+        raw_arguments=payload.get("raw_arguments")
+        if isinstance(payload.get("raw_arguments"), str)
+        else None,
+    )
+
+
+def result_payload(
+    *,
+    call_id: str,
+    name: str,
+    status: ToolStatus,
+    content: str,
+    synthetic: bool = False,
+    evidence_kind: str = "none",
+) -> dict[str, Any]:
+    """Payload of a ``tool_result`` event; ``is_error`` iff status is not ok."""
+    return {
+        "call_id": call_id,
+        "name": name,
+        "status": status.value,
+        "content": content,
+        "is_error": status is not ToolStatus.OK,
+        "synthetic": synthetic,
+        "evidence_kind": evidence_kind,
+    }
+
+
+def result_content(payload: Mapping[str, Any]) -> str:
+    """The text a stored result shows the model (a capped payload shows head+tail)."""
+    content = payload.get("content", "")
+    if isinstance(content, dict) and content.get("capped"):
+        return (
+            f"{content.get('head', '')}\n... [{content.get('size')} bytes, sha256 "
+            f"{content.get('sha256')}; middle omitted] ...\n{content.get('tail', '')}"
+        )
+    return str(content)

@@ -1,0 +1,98 @@
+"""Run state as a fold over committed ledger events (never memory alone).
+
+The runtime rebuilds a :class:`RunState` from the ledger when it takes a
+lease and then applies each event right after committing it, so the state in
+memory is always exactly the committed prefix of the run.  Payload keys of
+each event type are documented in :mod:`nahida_workers.core.payloads`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nahida_workers.core.events import Event, EventType, ExecutionReceipt
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import call_from_payload
+
+__all__ = ["RunState"]
+
+
+@dataclass
+class RunState:
+    """Everything the loop decides from, derived from one run's events.
+
+    Attributes:
+        run_id: the run.
+        events: committed events in sequence order.
+        calls: committed tool calls by id, in provider order.
+        results: committed tool_result payloads by call id.
+        receipts: committed receipts by call id.
+        turns: committed provider turns (``assistant_output`` events).
+        terminal: the terminal event once committed.
+    """
+
+    run_id: str
+    events: list[Event] = field(default_factory=list)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    results: dict[str, dict[str, object]] = field(default_factory=dict)
+    receipts: dict[str, ExecutionReceipt] = field(default_factory=dict)
+    turns: int = 0
+    terminal: Event | None = None
+    _last_turn_calls: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_ledger(
+        cls, run_id: str, events: Iterable[Event], receipts: Iterable[ExecutionReceipt] = ()
+    ) -> RunState:
+        """Fold committed events and receipts of ``run_id``."""
+        state = cls(run_id=run_id)
+        for event in events:
+            state.apply(event)
+        for receipt in receipts:
+            state.apply_receipt(receipt)
+        return state
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence the next committed event must carry."""
+        return self.events[-1].sequence + 1 if self.events else 1
+
+    def apply(self, event: Event) -> None:
+        """Fold one committed event (in sequence order)."""
+        if event.sequence != self.next_sequence:
+            raise ValueError(
+                f"run {self.run_id}: event #{event.sequence} applied, expected "
+                f"#{self.next_sequence}"
+            )
+        self.events.append(event)
+        if event.type is EventType.ASSISTANT_OUTPUT:
+            self.turns += 1
+            self._last_turn_calls = []
+        elif event.type is EventType.TOOL_CALL:
+            call = call_from_payload(event.payload)
+            self.calls[call.call_id] = call
+            self._last_turn_calls.append(call.call_id)
+        elif event.type is EventType.TOOL_RESULT and event.call_id is not None:
+            self.results[event.call_id] = dict(event.payload)
+        elif event.type is EventType.TERMINAL:
+            self.terminal = event
+
+    def apply_receipt(self, receipt: ExecutionReceipt) -> None:
+        """Record a committed receipt."""
+        self.receipts[receipt.call_id] = receipt
+
+    def pending_calls(self) -> list[ToolCall]:
+        """Committed calls without a committed result, in provider order."""
+        return [c for cid, c in self.calls.items() if cid not in self.results]
+
+    def last_of(self, *types: EventType) -> Event | None:
+        """The latest committed event of one of ``types``."""
+        for event in reversed(self.events):
+            if event.type in types:
+                return event
+        return None
+
+    def last_turn_call_ids(self) -> list[str]:
+        """Call ids of the latest provider turn, in provider order."""
+        return list(self._last_turn_calls)

@@ -1,0 +1,322 @@
+"""The in-memory ledger twin: same rules, same refusals, no database.
+
+Transactions are serialised by one lock (the twin of a row lock) and keep an
+undo journal, so a refused or failed write leaves nothing behind -- the same
+all-or-nothing behaviour the SQL ledger gets from the database.  The contract
+suite (``tests/contract/test_ledger_contract.py``) runs against both.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+from nahida_workers.core.events import (
+    Event,
+    EventType,
+    ExecutionReceipt,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
+)
+from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.errors import (
+    EventAfterTerminalError,
+    LedgerIntegrityError,
+    NotFoundError,
+    StaleEpochError,
+)
+from nahida_workers.ledger.rules import RunFacts, cap_payload, check_append, check_receipts
+from nahida_workers.ports import Fence
+
+__all__ = ["MemoryLedger", "MemoryTx"]
+
+
+class MemoryTx:
+    """An open in-memory transaction: its fence and its undo journal."""
+
+    def __init__(self) -> None:
+        self.fence: Fence | None = None
+        self.undo: list[Callable[[], None]] = []
+
+
+class MemoryLedger:
+    """Dict-backed ledger (see :class:`nahida_workers.ports.Ledger`).
+
+    Args:
+        payload_max_bytes: cap on one event payload's JSON size, in bytes.
+        fail_next_commits: test hook -- the next N transactions raise
+            ``LedgerUnavailableError`` at commit and roll back.
+    """
+
+    def __init__(self, *, payload_max_bytes: int = 256 * 1024) -> None:
+        self.payload_max_bytes = payload_max_bytes
+        self._lock = threading.RLock()
+        self._batches: dict[str, BatchRecord] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._keys: dict[str, str] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._receipts: dict[str, list[ExecutionReceipt]] = {}
+        self._outbox: dict[str, OutboxRecord] = {}
+        self.commit_hook: Callable[[], None] | None = None
+
+    # -- transactions ----------------------------------------------------------
+    @contextmanager
+    def transaction(self, *, fence: Fence | None = None) -> Iterator[MemoryTx]:
+        """Open a transaction; with ``fence`` check it first.
+
+        ``commit_hook`` (tests) runs just before commit; if it raises, the
+        transaction rolls back and the error propagates.
+        """
+        with self._lock:
+            tx = MemoryTx()
+            try:
+                if fence is not None:
+                    self.lock_session(tx, fence.session_id, fence.epoch)
+                yield tx
+                if self.commit_hook is not None:
+                    self.commit_hook()
+            except BaseException:
+                for undo in reversed(tx.undo):
+                    undo()
+                raise
+
+    def lock_session(self, tx: MemoryTx, session_id: str, epoch: int) -> None:
+        """Check that ``epoch`` is the session's current epoch (the lock is global)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id}")
+        if session.lease_epoch != epoch:
+            raise StaleEpochError(
+                f"session {session_id}: writer epoch {epoch} is stale "
+                f"(current {session.lease_epoch})"
+            )
+        tx.fence = Fence(session_id, epoch)
+
+    def _require_fence(self, tx: MemoryTx, run_id: str) -> Fence:
+        if tx.fence is None:
+            raise LedgerIntegrityError("event and receipt writes need a fenced transaction")
+        run = self._runs.get(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id}")
+        if run.session_id != tx.fence.session_id:
+            raise LedgerIntegrityError(f"run {run_id} does not belong to the fenced session")
+        return tx.fence
+
+    def _facts(self, run_id: str) -> RunFacts:
+        events = self._events.get(run_id, [])
+        facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
+        for e in events:
+            if e.type is EventType.TERMINAL:
+                facts.has_terminal = True
+            elif e.type is EventType.TOOL_CALL:
+                facts.calls.add(e.call_id or "")
+            elif e.type is EventType.TOOL_RESULT:
+                facts.results.add(e.call_id or "")
+        facts.receipts = {r.call_id for r in self._receipts.get(run_id, [])}
+        return facts
+
+    def _put(self, tx: MemoryTx, table: dict[str, object], key: str, value: object) -> None:
+        had, old = key in table, table.get(key)
+
+        def undo() -> None:
+            if had:
+                table[key] = old
+            else:
+                table.pop(key, None)
+
+        table[key] = value
+        tx.undo.append(undo)
+
+    # -- writes ------------------------------------------------------------------
+    def create_batch(self, tx: MemoryTx, batch: BatchRecord) -> None:
+        """Insert a batch row."""
+        if batch.batch_id in self._batches:
+            raise LedgerIntegrityError(f"batch {batch.batch_id} exists")
+        self._put(tx, self._batches, batch.batch_id, batch)  # type: ignore[arg-type]
+
+    def create_session(self, tx: MemoryTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Insert a session, or return the one holding its idempotency key."""
+        key = session.idempotency_key
+        if key is not None and key in self._keys:
+            return self._sessions[self._keys[key]], False
+        if session.session_id in self._sessions:
+            raise LedgerIntegrityError(f"session {session.session_id} exists")
+        self._put(tx, self._sessions, session.session_id, session)  # type: ignore[arg-type]
+        if key is not None:
+            self._put(tx, self._keys, key, session.session_id)  # type: ignore[arg-type]
+        return session, True
+
+    def create_run(self, tx: MemoryTx, run: RunRecord) -> None:
+        """Insert a run row."""
+        if run.session_id not in self._sessions:
+            raise LedgerIntegrityError(f"run {run.run_id}: no session {run.session_id}")
+        if run.run_id in self._runs:
+            raise LedgerIntegrityError(f"run {run.run_id} exists")
+        self._put(tx, self._runs, run.run_id, run)  # type: ignore[arg-type]
+
+    def append_events(self, tx: MemoryTx, events: Sequence[Event]) -> None:
+        """Append events under the transaction's fence (rules in ``rules.py``)."""
+        if not events:
+            return
+        run_id = events[0].run_id
+        fence = self._require_fence(tx, run_id)
+        check_append(self._facts(run_id), events)
+        log = self._events.setdefault(run_id, [])
+        start = len(log)
+        log.extend(
+            e.model_copy(
+                update={
+                    "epoch": fence.epoch,
+                    "payload": cap_payload(e.payload, self.payload_max_bytes),
+                }
+            )
+            for e in events
+        )
+        tx.undo.append(lambda: log.__delitem__(slice(start, None)))
+
+    def put_receipts(self, tx: MemoryTx, receipts: Sequence[ExecutionReceipt]) -> None:
+        """Store receipts; each needs a committed tool_call and no prior receipt."""
+        if not receipts:
+            return
+        run_id = receipts[0].run_id
+        if any(r.run_id != run_id for r in receipts):
+            raise LedgerIntegrityError("one put_receipts call must hold receipts of one run")
+        fence = self._require_fence(tx, run_id)
+        check_receipts(self._facts(run_id), receipts)
+        log = self._receipts.setdefault(run_id, [])
+        start = len(log)
+        log.extend(r.model_copy(update={"epoch": fence.epoch}) for r in receipts)
+        tx.undo.append(lambda: log.__delitem__(slice(start, None)))
+
+    def finish_run(
+        self,
+        tx: MemoryTx,
+        run_id: str,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """Record the terminal state on the run row, exactly once."""
+        self._require_fence(tx, run_id)
+        run = self._runs[run_id]
+        if run.terminal_state is not None:
+            raise EventAfterTerminalError(f"run {run_id} already has a terminal state")
+        updated = run.model_copy(
+            update={
+                "terminal_state": state,
+                "terminal_reason": reason,
+                "failure_code": failure_code,
+                "ended_at": ended_at,
+            }
+        )
+        self._put(tx, self._runs, run_id, updated)  # type: ignore[arg-type]
+
+    def _update_session(self, tx: MemoryTx, session_id: str, **changes: object) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id}")
+        self._put(tx, self._sessions, session_id, session.model_copy(update=changes))  # type: ignore[arg-type]
+
+    def set_session_status(
+        self, tx: MemoryTx, session_id: str, status: SessionStatus, *, at: datetime
+    ) -> None:
+        """Set the session status."""
+        self._update_session(tx, session_id, status=status, updated_at=at)
+
+    def request_cancel(self, tx: MemoryTx, session_id: str, *, at: datetime) -> None:
+        """Set the cancel flag (the first request's time is kept)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id}")
+        self._update_session(
+            tx, session_id, cancel_requested_at=session.cancel_requested_at or at, updated_at=at
+        )
+
+    def add_outbox(self, tx: MemoryTx, record: OutboxRecord) -> None:
+        """Record a publish owed to the broker."""
+        self._put(tx, self._outbox, record.outbox_id, record)  # type: ignore[arg-type]
+
+    def mark_published(self, tx: MemoryTx, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published and count the attempt."""
+        record = self._outbox[outbox_id]
+        self._put(
+            tx,
+            self._outbox,  # type: ignore[arg-type]
+            outbox_id,
+            record.model_copy(update={"published_at": at, "attempts": record.attempts + 1}),
+        )
+
+    def bump_epoch(self, session_id: str, *, at: datetime) -> int:
+        """Increment the fencing epoch; status → running."""
+        with self.transaction() as tx:
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise NotFoundError(f"no session {session_id}")
+            epoch = session.lease_epoch + 1
+            self._update_session(
+                tx, session_id, lease_epoch=epoch, status=SessionStatus.RUNNING, updated_at=at
+            )
+        return epoch
+
+    # -- reads -------------------------------------------------------------------
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session or None."""
+        with self._lock:
+            return self._sessions.get(session_id)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run or None."""
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def runs_of(self, session_id: str) -> list[RunRecord]:
+        """Runs of a session, oldest first."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.session_id == session_id]
+        return sorted(runs, key=lambda r: (r.started_at, r.run_id))
+
+    def events(self, run_id: str) -> list[Event]:
+        """Events of a run by sequence."""
+        with self._lock:
+            return list(self._events.get(run_id, []))
+
+    def receipts(self, run_id: str) -> list[ExecutionReceipt]:
+        """Receipts in write order."""
+        with self._lock:
+            return list(self._receipts.get(run_id, []))
+
+    def sessions(
+        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+    ) -> list[SessionRecord]:
+        """Sessions, optionally by batch and status, oldest first."""
+        with self._lock:
+            found = [
+                s
+                for s in self._sessions.values()
+                if (batch_id is None or s.batch_id == batch_id)
+                and (statuses is None or s.status in statuses)
+            ]
+        return sorted(found, key=lambda s: (s.created_at, s.session_id))
+
+    def batches(self) -> list[BatchRecord]:
+        """All batches, newest first."""
+        with self._lock:
+            return sorted(self._batches.values(), key=lambda b: b.created_at, reverse=True)
+
+    def get_batch(self, batch_id: str) -> BatchRecord | None:
+        """A batch or None."""
+        with self._lock:
+            return self._batches.get(batch_id)
+
+    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
+        """Unpublished outbox rows, oldest first."""
+        with self._lock:
+            rows = [r for r in self._outbox.values() if r.published_at is None]
+        return sorted(rows, key=lambda r: r.created_at)[:limit]

@@ -1,0 +1,213 @@
+"""The ledger's refusal rules, shared by every adapter (DESIGN.md section 2).
+
+Each adapter gathers the committed facts of a run (:class:`RunFacts`) its own
+way -- one SQL query, or a dict lookup -- and calls :func:`check_append` /
+:func:`check_receipts`.  The database constraints in ``schema.py`` back the
+same rules up against races.  Payloads are redacted and size-capped here, at
+the one place every stored byte passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nahida_workers.core.events import Event, EventType, ExecutionReceipt
+from nahida_workers.errors import (
+    CallNotCommittedError,
+    DuplicateResultError,
+    DuplicateSequenceError,
+    EventAfterTerminalError,
+    LedgerIntegrityError,
+)
+
+__all__ = [
+    "CAP_HEAD_BYTES",
+    "CAP_TAIL_BYTES",
+    "RunFacts",
+    "cap_payload",
+    "check_append",
+    "check_receipts",
+    "redact",
+]
+
+#: Bytes of a capped string kept from its start and from its end.
+CAP_HEAD_BYTES = 4096
+CAP_TAIL_BYTES = 2048
+
+_SECRET_PATTERNS = re.compile(
+    r"(sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic keys
+    r"|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}"  # Authorization headers
+    r"|AKIA[0-9A-Z]{16}"  # AWS access key ids
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
+    r"|xox[abpr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
+)
+
+
+@dataclass
+class RunFacts:
+    """What is committed for one run, as far as a write needs to know.
+
+    Attributes:
+        max_sequence: highest committed sequence (0 when none).
+        has_terminal: the terminal event is committed.
+        calls: call ids with a committed ``tool_call``.
+        results: call ids with a committed ``tool_result``.
+        receipts: call ids with a committed receipt.
+    """
+
+    max_sequence: int = 0
+    has_terminal: bool = False
+    calls: set[str] = field(default_factory=set)
+    results: set[str] = field(default_factory=set)
+    receipts: set[str] = field(default_factory=set)
+
+
+def check_append(facts: RunFacts, events: Sequence[Event]) -> None:
+    """Refuse a batch of events for one run that breaks a ledger rule.
+
+    Sequences must continue the run without gaps (``max_sequence + 1`` ...).
+    Calls and results named in ``events`` count as committed for later events
+    of the same batch, so one transaction may hold a call and its result.
+
+    Raises:
+        EventAfterTerminalError: the run is sealed, or an event follows the
+            batch's own terminal event.
+        DuplicateSequenceError: a sequence is already used.
+        CallNotCommittedError: a tool_result without its tool_call.
+        DuplicateResultError: a second tool_call or tool_result for one call id.
+        LedgerIntegrityError: mixed runs, a gap in the sequence, a missing call id.
+    """
+    if not events:
+        return
+    run_id = events[0].run_id
+    sealed = facts.has_terminal
+    expected = facts.max_sequence + 1
+    calls = set(facts.calls)
+    results = set(facts.results)
+    for event in events:
+        if event.run_id != run_id:
+            raise LedgerIntegrityError("one append_events call must hold events of one run")
+        if sealed:
+            raise EventAfterTerminalError(
+                f"run {run_id} is terminal; refusing {event.type.value} #{event.sequence}"
+            )
+        if event.sequence < expected:
+            raise DuplicateSequenceError(f"run {run_id} already has sequence {event.sequence}")
+        if event.sequence > expected:
+            raise LedgerIntegrityError(
+                f"run {run_id}: sequence {event.sequence} leaves a gap (next is {expected})"
+            )
+        expected += 1
+        if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.call_id:
+            raise LedgerIntegrityError(f"{event.type.value} #{event.sequence} has no call_id")
+        if event.type is EventType.TOOL_CALL:
+            if event.call_id in calls:
+                raise DuplicateResultError(f"run {run_id}: call {event.call_id} already committed")
+            calls.add(event.call_id)  # type: ignore[arg-type]
+        elif event.type is EventType.TOOL_RESULT:
+            if event.call_id not in calls:
+                raise CallNotCommittedError(
+                    f"run {run_id}: result for {event.call_id} whose tool_call is not committed"
+                )
+            if event.call_id in results:
+                raise DuplicateResultError(
+                    f"run {run_id}: call {event.call_id} already has a result"
+                )
+            results.add(event.call_id)  # type: ignore[arg-type]
+        elif event.type is EventType.TERMINAL:
+            sealed = True
+
+
+def check_receipts(facts: RunFacts, receipts: Sequence[ExecutionReceipt]) -> None:
+    """Refuse receipts for uncommitted calls, second receipts, or a sealed run.
+
+    Raises:
+        CallNotCommittedError, DuplicateResultError, EventAfterTerminalError.
+    """
+    seen = set(facts.receipts)
+    for receipt in receipts:
+        if facts.has_terminal:
+            raise EventAfterTerminalError(f"run {receipt.run_id} is terminal; refusing receipt")
+        if receipt.call_id not in facts.calls:
+            raise CallNotCommittedError(
+                f"run {receipt.run_id}: receipt for {receipt.call_id} whose tool_call "
+                "is not committed"
+            )
+        if receipt.call_id in seen:
+            raise DuplicateResultError(
+                f"run {receipt.run_id}: call {receipt.call_id} already has a receipt"
+            )
+        seen.add(receipt.call_id)
+
+
+def call_ids(events: Iterable[Event]) -> list[str]:
+    """Call ids named by tool_call / tool_result events (for the facts query)."""
+    return sorted({e.call_id for e in events if e.call_id})
+
+
+def redact(text: str) -> str:
+    """Mask credential-shaped substrings (API keys, bearer tokens, private keys)."""
+    return _SECRET_PATTERNS.sub("[REDACTED]", text)
+
+
+def _capped(text: str, size: int) -> dict[str, Any]:
+    data = text.encode("utf-8")
+    return {
+        "capped": True,
+        "head": data[:CAP_HEAD_BYTES].decode("utf-8", "ignore"),
+        "tail": data[-CAP_TAIL_BYTES:].decode("utf-8", "ignore"),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": size,
+    }
+
+
+def _walk(value: Any, strings: list[tuple[int, list[Any] | dict[str, Any], Any]]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[key] = _walk(item, strings)
+            if isinstance(out[key], str):
+                strings.append((len(out[key]), out, key))
+        return out
+    if isinstance(value, list | tuple):
+        items: list[Any] = []
+        for index, item in enumerate(value):
+            items.append(_walk(item, strings))
+            if isinstance(items[-1], str):
+                strings.append((len(items[-1]), items, index))
+        return items
+    return value
+
+
+def cap_payload(payload: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Redact a payload and cap its JSON size at about ``max_bytes`` bytes.
+
+    The longest strings are replaced first by ``{"capped": true, "head",
+    "tail", "sha256", "size"}`` (head/tail in bytes, sha256 and size of the
+    whole UTF-8 string) until the payload fits.  Small payloads take a fast
+    path that only redacts.
+    """
+    strings: list[tuple[int, list[Any] | dict[str, Any], Any]] = []
+    out = _walk(payload, strings)
+    total = sum(length for length, _, _ in strings)
+    if total * 4 + 1024 <= max_bytes:  # worst case 4 bytes/char: no need to encode
+        return out  # type: ignore[no-any-return]
+    size = len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
+    for _length, container, key in sorted(strings, key=lambda s: s[0], reverse=True):
+        if size <= max_bytes:
+            break
+        text = container[key]
+        encoded = len(text.encode("utf-8"))
+        if encoded <= CAP_HEAD_BYTES + CAP_TAIL_BYTES + 256:
+            break
+        container[key] = _capped(text, encoded)
+        size = len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
+    return out  # type: ignore[no-any-return]

@@ -1,0 +1,148 @@
+"""Ledger tables (DESIGN.md section 2) as SQLAlchemy Core metadata.
+
+The tables are created only by the Alembic migrations in ``migrations/``;
+this metadata is what the queries use and what a test compares the migrated
+schema against.  The same DDL runs on PostgreSQL (psycopg 3) and SQLite.
+
+Constraints carry the ledger rules the database can enforce by itself:
+
+* ``uq_events_run_sequence``: one event per (run_id, sequence).
+* ``uq_events_run_call_type``: one ``tool_call`` and one ``tool_result`` per
+  (run_id, call_id) -- NULL call ids (other event types) never collide.
+* ``uq_events_one_terminal``: at most one ``terminal`` event per run.
+* ``uq_receipts_run_call``: one receipt per (run_id, call_id).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = [
+    "agent_execution_receipts",
+    "agent_run_events",
+    "agent_runs",
+    "batches",
+    "dispatch_outbox",
+    "metadata",
+    "sessions",
+]
+
+metadata = MetaData()
+
+#: JSONB on PostgreSQL (indexable, compact), JSON text elsewhere.
+Json = JSON().with_variant(JSONB(), "postgresql")
+#: A BIGINT identity on PostgreSQL, INTEGER PRIMARY KEY (rowid alias) on SQLite.
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("batch_id", String(64), primary_key=True),
+    Column("job_name", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("spec_json", Json, nullable=False),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("parent_id", String(64), nullable=True),
+    Column("batch_id", String(64), ForeignKey("batches.batch_id"), nullable=True),
+    Column("workspace", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("lease_epoch", BigInteger, nullable=False, server_default=text("0")),
+    Column("config_json", Json, nullable=False),
+    Column("idempotency_key", String(300), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("cancel_requested_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
+    Index("ix_sessions_batch", "batch_id"),
+    Index("ix_sessions_status", "status"),
+)
+
+agent_runs = Table(
+    "agent_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("terminal_state", String(16), nullable=True),
+    Column("terminal_reason", String(64), nullable=True),
+    Column("completion_contract_json", Json, nullable=False),
+    Column("trace_id", String(64), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("failure_code", String(64), nullable=True),
+    Index("ix_agent_runs_session", "session_id"),
+)
+
+agent_run_events = Table(
+    "agent_run_events",
+    metadata,
+    Column("event_id", RowId, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), ForeignKey("agent_runs.run_id"), nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("event_type", String(32), nullable=False),
+    Column("call_id", String(200), nullable=True),
+    Column("payload_json", Json, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("run_id", "sequence", name="uq_events_run_sequence"),
+    UniqueConstraint("run_id", "call_id", "event_type", name="uq_events_run_call_type"),
+    Index(
+        "uq_events_one_terminal",
+        "run_id",
+        unique=True,
+        postgresql_where=text("event_type = 'terminal'"),
+        sqlite_where=text("event_type = 'terminal'"),
+    ),
+)
+
+agent_execution_receipts = Table(
+    "agent_execution_receipts",
+    metadata,
+    Column("receipt_id", RowId, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), ForeignKey("agent_runs.run_id"), nullable=False),
+    Column("call_id", String(200), nullable=False),
+    Column("tool_name", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("input_fingerprint", String(64), nullable=False),
+    Column("evidence_json", Json, nullable=False),
+    Column("evidence_kind", String(16), nullable=False),
+    Column("verification_status", String(32), nullable=False),
+    Column("idempotency_key", String(300), nullable=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("run_id", "call_id", name="uq_receipts_run_call"),
+)
+
+dispatch_outbox = Table(
+    "dispatch_outbox",
+    metadata,
+    Column("outbox_id", String(64), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
+    Column("task_name", String(200), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("published_at", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Index("ix_outbox_unpublished", "created_at", postgresql_where=text("published_at IS NULL")),
+)

@@ -1,0 +1,151 @@
+"""Executing one tool call and writing its receipt -- the same code on every path.
+
+The inline executor, the local thread pool and the remote tool worker all
+call :func:`execute_call`, so a call behaves the same wherever it runs: the
+tool is looked up, a call whose arguments did not parse or whose tool is
+unknown gets an error the model can correct without anything being run, and
+every execution ends with one :class:`ExecutionReceipt`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from nahida_workers.core.events import (
+    EvidenceKind,
+    ExecutionReceipt,
+    ToolStatus,
+    VerificationStatus,
+    input_fingerprint,
+)
+from nahida_workers.core.loop import CallResult
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.tools.base import ToolContext, ToolRegistry
+from nahida_workers.tools.runner import run_tool
+
+__all__ = ["CallJob", "Execution", "execute_call", "idempotency_key", "not_run"]
+
+
+@dataclass(frozen=True)
+class CallJob:
+    """Where and under which identity calls of one run execute.
+
+    Attributes:
+        run_id: the run.
+        workspace: absolute workspace root.
+        epoch: the session's fencing epoch of the owner that started the call.
+        max_output_bytes: cap on a result the model sees, in bytes.
+        cancel: set to ask running tools to stop.
+    """
+
+    run_id: str
+    workspace: Path
+    epoch: int
+    max_output_bytes: int = 64 * 1024
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One executed (or refused) call: the result to commit and its receipt."""
+
+    result: CallResult
+    receipt: ExecutionReceipt
+
+
+def idempotency_key(run_id: str, call_id: str) -> str:
+    """``{run_id}:{call_id}``: stable across retries and owners (case B13)."""
+    return f"{run_id}:{call_id}"
+
+
+def not_run(
+    call: ToolCall,
+    job: CallJob,
+    *,
+    status: ToolStatus,
+    content: str,
+    code: str,
+    at: datetime,
+    evidence_kind: EvidenceKind = EvidenceKind.NONE,
+) -> Execution:
+    """An execution for a call that did not (or did not finish to) run."""
+    receipt = ExecutionReceipt(
+        run_id=job.run_id,
+        call_id=call.call_id,
+        tool_name=call.name,
+        status=status,
+        started_at=at,
+        finished_at=at,
+        input_fingerprint=input_fingerprint(call.arguments),
+        evidence={"error_code": code},
+        evidence_kind=evidence_kind,
+        verification_status=VerificationStatus.NOT_APPLICABLE,
+        idempotency_key=idempotency_key(job.run_id, call.call_id),
+        epoch=job.epoch,
+    )
+    result = CallResult(call.call_id, call.name, status, content, evidence_kind.value)
+    return Execution(result, receipt)
+
+
+def execute_call(
+    registry: ToolRegistry, call: ToolCall, job: CallJob, now: Callable[[], datetime]
+) -> Execution:
+    """Run ``call`` once (or refuse it) and build its receipt.
+
+    Never raises for a tool failure: an unknown tool, unparsable arguments, a
+    schema violation or a tool error all come back as an ``error`` result the
+    model sees.
+    """
+    started = now()
+    tool = registry.get(call.name)
+    if call.arguments_error is not None:
+        return not_run(
+            call,
+            job,
+            status=ToolStatus.ERROR,
+            code="invalid_arguments",
+            at=started,
+            content=f"{call.name} was not run: {call.arguments_error}. "
+            "Send the call again with a valid JSON object as arguments.",
+        )
+    if tool is None:
+        return not_run(
+            call,
+            job,
+            status=ToolStatus.ERROR,
+            code="unknown_tool",
+            at=started,
+            content=f"unknown tool {call.name!r}; available: {', '.join(registry.names())}",
+        )
+    key = idempotency_key(job.run_id, call.call_id)
+    ctx = ToolContext(
+        workspace=job.workspace,
+        run_id=job.run_id,
+        call_id=call.call_id,
+        idempotency_key=key,
+        max_output_bytes=job.max_output_bytes,
+        cancel=job.cancel,
+    )
+    outcome = run_tool(tool, call.arguments, ctx)
+    finished = now()
+    kind = tool.spec.evidence_kind
+    receipt = ExecutionReceipt(
+        run_id=job.run_id,
+        call_id=call.call_id,
+        tool_name=call.name,
+        status=outcome.status,
+        started_at=started,
+        finished_at=finished,
+        input_fingerprint=input_fingerprint(call.arguments),
+        evidence=dict(outcome.evidence),
+        evidence_kind=kind,
+        verification_status=VerificationStatus.UNVERIFIED,
+        idempotency_key=key,
+        epoch=job.epoch,
+    )
+    result = CallResult(call.call_id, call.name, outcome.status, outcome.content, kind.value)
+    return Execution(result, receipt)

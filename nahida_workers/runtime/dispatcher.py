@@ -1,0 +1,161 @@
+"""The dispatcher: create a session durably, then publish one task for it.
+
+One transaction writes the session row, its first run, the prompt as the
+first ``user_input`` event and an outbox row; only after it commits is the
+``run_session`` task published, and the outbox row marked published.  A
+crash between the commit and the publish leaves an unpublished outbox row
+that :meth:`Dispatcher.publish_pending` (the sweeper) publishes later.
+
+Creating a session with an idempotency key the ledger already holds returns
+the existing session and publishes nothing new (issue 2 item 9; schedules use
+``schedule name + fire time`` as the key, DESIGN.md section 8).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nahida_workers.core.events import Event, EventType, SessionStatus
+from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.ports import Clock, Ledger, TaskQueue
+from nahida_workers.runtime.spec import SessionSpec
+
+__all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id"]
+
+log = logging.getLogger(__name__)
+
+#: The Celery task name the outbox refers to.
+RUN_SESSION_TASK = "nahida.run_session"
+
+
+def new_id() -> str:
+    """A random 32-hex id (uuid4)."""
+    return uuid.uuid4().hex
+
+
+@dataclass
+class Dispatcher:
+    """Creates sessions and publishes their tasks through the outbox."""
+
+    ledger: Ledger
+    queue: TaskQueue
+    clock: Clock
+    ids: Callable[[], str] = field(default=new_id)
+
+    def create_batch(self, job_name: str, spec: dict[str, object]) -> BatchRecord:
+        """Record a batch (a job applied to many workspaces)."""
+        batch = BatchRecord(
+            batch_id=self.ids(), job_name=job_name, created_at=self.clock.now(), spec=spec
+        )
+        with self.ledger.transaction() as tx:
+            self.ledger.create_batch(tx, batch)
+        return batch
+
+    def submit(
+        self,
+        spec: SessionSpec,
+        *,
+        workspace: str,
+        batch_id: str | None = None,
+        parent_id: str | None = None,
+        idempotency_key: str | None = None,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        provider_name: str = "scripted",
+        model: str = "scripted",
+    ) -> tuple[SessionRecord, bool]:
+        """Create (or find) a session and publish its task.
+
+        Returns:
+            ``(session, created)``; ``created`` is False when the idempotency
+            key was already known -- nothing was written or published then.
+        """
+        now = self.clock.now()
+        session = SessionRecord(
+            session_id=session_id or self.ids(),
+            parent_id=parent_id,
+            batch_id=batch_id,
+            workspace=workspace,
+            status=SessionStatus.QUEUED,
+            config=spec.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+            created_at=now,
+            updated_at=now,
+        )
+        outbox = OutboxRecord(
+            outbox_id=self.ids(),
+            session_id=session.session_id,
+            task_name=RUN_SESSION_TASK,
+            created_at=now,
+        )
+        with self.ledger.transaction() as tx:
+            stored, created = self.ledger.create_session(tx, session)
+            if created:
+                self.ledger.lock_session(tx, session.session_id, 0)
+                run = RunRecord(
+                    run_id=run_id or self.ids(),
+                    session_id=session.session_id,
+                    provider=provider_name,
+                    model=model,
+                    completion_contract=spec.contract,
+                    trace_id=self.ids(),
+                    started_at=now,
+                )
+                self.ledger.create_run(tx, run)
+                self.ledger.append_events(
+                    tx,
+                    [
+                        Event(
+                            run_id=run.run_id,
+                            sequence=1,
+                            type=EventType.USER_INPUT,
+                            payload={"text": spec.prompt, "source": "prompt", "message_id": None},
+                            created_at=now,
+                        )
+                    ],
+                )
+                self.ledger.add_outbox(tx, outbox)
+        if created:
+            self._publish(outbox)
+        return stored, created
+
+    def _publish(self, record: OutboxRecord) -> None:
+        task_id = f"session-{record.session_id}-{record.outbox_id}"
+        self.queue.publish_session(record.session_id, task_id=task_id)
+        with self.ledger.transaction() as tx:
+            self.ledger.mark_published(tx, record.outbox_id, at=self.clock.now())
+
+    def publish_pending(self, *, limit: int = 100) -> int:
+        """Publish outbox rows a crash left unpublished; returns how many."""
+        published = 0
+        for record in self.ledger.pending_outbox(limit=limit):
+            try:
+                self._publish(record)
+            except Exception as exc:  # broker down: the row stays pending for the next sweep
+                log.warning("outbox %s not published: %s", record.outbox_id, exc)
+                break
+            published += 1
+        return published
+
+    def redispatch(self, session_id: str, *, touch_status: SessionStatus | None = None) -> None:
+        """Publish one more task for an existing session (sweeper, inbox).
+
+        Duplicates are harmless: a delivery that finds the lease held or the
+        session done exits without writing.  ``touch_status`` re-writes the
+        session status in the same transaction, which moves ``updated_at`` so
+        the sweeper does not re-dispatch it again at once.
+        """
+        record = OutboxRecord(
+            outbox_id=self.ids(),
+            session_id=session_id,
+            task_name=RUN_SESSION_TASK,
+            created_at=self.clock.now(),
+        )
+        with self.ledger.transaction() as tx:
+            self.ledger.add_outbox(tx, record)
+            if touch_status is not None:
+                self.ledger.set_session_status(tx, session_id, touch_status, at=record.created_at)
+        self._publish(record)

@@ -1,0 +1,289 @@
+"""Running one session: lease → epoch → recover → loop → terminal → release.
+
+DESIGN.md sections 3 and 4.  This module drives the pure loop
+(:mod:`nahida_workers.core.loop`) over the ports and owns the commit points:
+
+1. step 3 -- ``assistant_output`` and every ``tool_call`` of a provider turn in
+   one transaction; if it fails, no tool starts;
+2. step 5 -- every ``tool_result`` of a batch with its receipt in one
+   transaction, in provider order, before anything else sees them; if that
+   fails the run stops ``failed/tool_persistence_failed``;
+3. the terminal event, the run row and the session status in one transaction.
+
+Every transaction is fenced with the epoch bumped when the lease was taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from nahida_workers.core.events import (
+    Event,
+    ExecutionReceipt,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
+)
+from nahida_workers.core.loop import (
+    CallProvider,
+    Done,
+    Finish,
+    LoopConfig,
+    Persist,
+    RunBatch,
+    Signals,
+    decide,
+    final_text_for,
+    recovery_events,
+    result_events,
+    terminal_event,
+    turn_events,
+)
+from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.core.state import RunState
+from nahida_workers.errors import (
+    LeaseLostError,
+    LedgerError,
+    LedgerIntegrityError,
+    ProviderError,
+    ProviderProtocolError,
+    StaleEpochError,
+)
+from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
+from nahida_workers.runtime.calls import CallJob
+from nahida_workers.runtime.executor import ToolExecutor
+from nahida_workers.runtime.heartbeat import Heartbeat
+from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.tools.base import ToolRegistry
+
+__all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
+
+log = logging.getLogger(__name__)
+
+
+class SessionOutcome(StrEnum):
+    """What one ``run_session`` delivery did."""
+
+    FINISHED = "finished"  # this delivery committed the terminal state
+    LEASE_HELD = "lease_held"  # another live owner holds the lease: no-op
+    ALREADY_DONE = "already_done"  # nothing left to run: no-op
+    NOT_FOUND = "not_found"  # unknown session id: no-op
+    LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
+
+
+def owner_token() -> str:
+    """A lease owner token unique to this process and call: ``host:pid:uuid``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class SessionRunner:
+    """Everything one session delivery needs, as ports.
+
+    Attributes:
+        ledger / leases / clock: the ports.
+        provider_for: builds the provider of a session spec.
+        registry_for: builds the tool registry of a session spec.
+        executor: runs tool batches.
+        lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
+    """
+
+    ledger: Ledger
+    leases: LeaseStore
+    clock: Clock
+    provider_for: Callable[[SessionSpec], Provider]
+    registry_for: Callable[[SessionSpec], ToolRegistry]
+    executor: ToolExecutor
+    lease_ttl_ms: int = 30_000
+
+    def run(self, session_id: str) -> SessionOutcome:
+        """Run the session's open run to a terminal state, if nobody else is.
+
+        A delivery that finds the session done or the lease held returns
+        without writing anything (case B01).
+
+        Raises:
+            LedgerError / ProviderError: infrastructure failures the caller may
+                retry; the ledger holds every fact committed before them.
+        """
+        session = self.ledger.get_session(session_id)
+        if session is None:
+            return SessionOutcome.NOT_FOUND
+        if session.status is SessionStatus.DONE:
+            return SessionOutcome.ALREADY_DONE
+        owner = owner_token()
+        if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
+            log.info("session %s: lease held by another owner; delivery exits", session_id)
+            return SessionOutcome.LEASE_HELD
+        try:
+            with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
+                epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
+                owned = _Owned(self, session, Fence(session_id, epoch), heartbeat)
+                return owned.run()
+        except (LeaseLostError, StaleEpochError) as exc:
+            log.warning("session %s: lease_lost (%s); stopping without writing", session_id, exc)
+            return SessionOutcome.LEASE_LOST
+        finally:
+            if not self.leases.release(session_id, owner):
+                log.warning("session %s: lease_lost before release (not owned)", session_id)
+
+
+class _Owned:
+    """The part of a delivery that runs while this process owns the lease."""
+
+    def __init__(
+        self, runner: SessionRunner, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
+    ) -> None:
+        self.r = runner
+        self.session = session
+        self.fence = fence
+        self.heartbeat = heartbeat
+        self.spec = SessionSpec.model_validate(session.config)
+
+    # -- commits -----------------------------------------------------------------
+    def commit(
+        self,
+        state: RunState,
+        events: Sequence[Event],
+        receipts: Sequence[ExecutionReceipt] = (),
+    ) -> None:
+        """One fenced transaction; the state learns the events only after commit."""
+        self.heartbeat.check()
+        with self.r.ledger.transaction(fence=self.fence) as tx:
+            self.r.ledger.append_events(tx, events)
+            self.r.ledger.put_receipts(tx, receipts)
+        for event in events:
+            state.apply(event)
+        for receipt in receipts:
+            state.apply_receipt(receipt)
+
+    def seal(self, state: RunState, run: RunRecord, finish: Finish) -> None:
+        """Terminal event + run row + session status, in one transaction."""
+        now = self.r.clock.now()
+        event = terminal_event(state, finish, now=now)
+        with self.r.ledger.transaction(fence=self.fence) as tx:
+            self.r.ledger.append_events(tx, [event])
+            self.r.ledger.finish_run(
+                tx,
+                run.run_id,
+                state=finish.state,
+                reason=finish.reason,
+                failure_code=finish.failure_code,
+                ended_at=now,
+            )
+            self.r.ledger.set_session_status(
+                tx, self.session.session_id, SessionStatus.DONE, at=now
+            )
+        state.apply(event)
+        log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
+
+    # -- the delivery ------------------------------------------------------------
+    def run(self) -> SessionOutcome:
+        runs = self.r.ledger.runs_of(self.session.session_id)
+        run = next((r for r in reversed(runs) if r.terminal_state is None), None)
+        if run is None:
+            with self.r.ledger.transaction(fence=self.fence) as tx:
+                self.r.ledger.set_session_status(
+                    tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
+                )
+            return SessionOutcome.ALREADY_DONE
+        state = RunState.from_ledger(
+            run.run_id, self.r.ledger.events(run.run_id), self.r.ledger.receipts(run.run_id)
+        )
+        recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
+        if recovered:
+            log.warning(
+                "run %s: closing %d orphan call(s) as interrupted", run.run_id, len(recovered) - 1
+            )
+            self.commit(state, recovered)
+        self.drive(state, run)
+        return SessionOutcome.FINISHED
+
+    def drive(self, state: RunState, run: RunRecord) -> None:
+        registry = self.r.registry_for(self.spec)
+        provider = self.r.provider_for(self.spec)
+        config = LoopConfig(
+            system_prompt=self.spec.system_prompt,
+            tools=registry.schemas(),
+            tool_choice=self.spec.tool_choice,
+            may_fan_out=lambda name: registry.placement_of(name) is not None,
+            contract=self.spec.contract,
+            max_steps=self.spec.limits.max_steps,
+            wall_clock_budget_s=self.spec.limits.wall_clock_budget_s,
+            max_output_tokens=self.spec.limits.max_output_tokens,
+        )
+        job = CallJob(
+            run_id=run.run_id,
+            workspace=Path(self.session.workspace).resolve(),
+            epoch=self.fence.epoch,
+            max_output_bytes=self.spec.limits.tool_output_max_bytes,
+        )
+        while True:
+            self.heartbeat.check()
+            now = self.r.clock.now()
+            signals = Signals(
+                now=now,
+                cancel_requested=self._cancel_requested(),
+                elapsed_s=(now - run.started_at).total_seconds(),
+            )
+            match decide(state, config, signals):
+                case Done():
+                    return
+                case Finish() as finish:
+                    self.seal(state, run, finish)
+                    return
+                case Persist(events=events):
+                    self.commit(state, events)
+                case CallProvider(request=request):
+                    try:
+                        turn = provider.complete(request)
+                    except ProviderError as exc:
+                        self.seal(state, run, _provider_failure(exc))
+                        return
+                    self.commit(state, turn_events(state, turn, now=self.r.clock.now()))
+                case RunBatch(batch=batch):
+                    executions = self.r.executor.run_batch(batch, job, registry)
+                    events = result_events(
+                        state, [e.result for e in executions], now=self.r.clock.now()
+                    )
+                    try:
+                        self.commit(state, events, [e.receipt for e in executions])
+                    except (LeaseLostError, StaleEpochError):
+                        raise
+                    except (LedgerError, LedgerIntegrityError) as exc:
+                        log.error("run %s: tool results not persisted: %s", run.run_id, exc)
+                        self.seal(
+                            state,
+                            run,
+                            Finish(
+                                TerminalState.FAILED,
+                                ReasonCode.TOOL_PERSISTENCE_FAILED,
+                                final_text_for(
+                                    TerminalState.FAILED, ReasonCode.TOOL_PERSISTENCE_FAILED
+                                ),
+                                FailureCode.TOOL_PERSISTENCE_FAILED,
+                            ),
+                        )
+                        return
+
+    def _cancel_requested(self) -> bool:
+        session = self.r.ledger.get_session(self.session.session_id)
+        return session is not None and session.cancel_requested_at is not None
+
+
+def _provider_failure(exc: ProviderError) -> Finish:
+    reason = (
+        ReasonCode.PROVIDER_PROTOCOL_INVALID
+        if isinstance(exc, ProviderProtocolError)
+        else ReasonCode.PROVIDER_ERROR
+    )
+    state = TerminalState.FAILED
+    return Finish(state, reason, final_text_for(state, reason), exc.failure_code)

@@ -1,0 +1,172 @@
+"""Building the real adapters from settings: the one place URLs become objects.
+
+Embedded and distributed modes differ only in URLs (DESIGN.md section 1):
+
+================  =============================  ===========================
+                  distributed                    embedded (``--local``)
+================  =============================  ===========================
+database_url      postgresql+psycopg://...       sqlite:///var/nahida.sqlite3
+broker_url        redis://.../0                  memory://
+result_backend    redis://.../1                  cache+memory://
+redis_url         redis://.../2                  fakeredis://
+================  =============================  ===========================
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from nahida_workers.errors import ConfigError
+from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.migrate import upgrade
+from nahida_workers.ledger.sql import SqlLedger, make_engine
+from nahida_workers.ports import Clock, Provider, SystemClock, TaskQueue
+from nahida_workers.providers.config import ProviderConfig
+from nahida_workers.providers.factory import build_provider
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.settings import Settings
+from nahida_workers.tools import default_tools
+from nahida_workers.tools.base import Placement, Tool, ToolRegistry
+
+__all__ = [
+    "EMBEDDED_URLS",
+    "Fleet",
+    "build_fleet",
+    "lease_store",
+    "load_tool",
+    "registry_for",
+]
+
+#: Settings overrides that make the embedded mode (``{db}`` is the SQLite path).
+EMBEDDED_URLS = {
+    "broker_url": "memory://",
+    "result_backend_url": "cache+memory://",
+    "redis_url": "fakeredis://",
+}
+
+_fake_server_lock = threading.Lock()
+_fake_server: Any = None
+
+
+def lease_store(settings: Settings) -> RedisLeaseStore:
+    """The lease store for ``settings.redis_url`` (``fakeredis://`` = in-process)."""
+    global _fake_server
+    if settings.redis_url.startswith("fakeredis://"):
+        import fakeredis
+
+        with _fake_server_lock:
+            if _fake_server is None:
+                _fake_server = fakeredis.FakeServer()
+        client = fakeredis.FakeRedis(server=_fake_server)
+        return RedisLeaseStore(client, key_prefix=settings.redis_key_prefix)
+    return RedisLeaseStore.from_url(settings.redis_url, key_prefix=settings.redis_key_prefix)
+
+
+def load_tool(path: str) -> Tool:
+    """Instantiate an extra tool named ``package.module:ClassName``.
+
+    Raises:
+        ConfigError: the path does not name a Tool class.
+    """
+    module_name, _, attr = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+        tool = cls()
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise ConfigError(f"cannot load tool {path!r}: {exc}") from None
+    if not isinstance(tool, Tool):
+        raise ConfigError(f"{path!r} is not a Tool")
+    return tool
+
+
+def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
+    """The tools a session may use, with placement overrides applied.
+
+    Built-in tools come from :func:`default_tools`; a name of the form
+    ``module:Class`` in ``spec.tools`` or ``settings.extra_tools`` loads a
+    plugin.  Placement: settings first, then the job spec (the more specific).
+    """
+    tools: dict[str, Tool] = {
+        t.spec.name: t for t in default_tools(bash_timeout_s=spec.limits.bash_timeout_s)
+    }
+    for path in settings.extra_tools:
+        tool = load_tool(path)
+        tools[tool.spec.name] = tool
+    chosen: list[Tool] = []
+    for name in spec.tools:
+        tool = load_tool(name) if ":" in name else tools.get(name)
+        if tool is None:
+            raise ConfigError(f"unknown tool {name!r}; known: {sorted(tools)}")
+        chosen.append(tool)
+    names = {t.spec.name for t in chosen}
+    placement = {
+        k: Placement(v)
+        for k, v in {**settings.tool_placement, **spec.placement}.items()
+        if k in names
+    }
+    return ToolRegistry(chosen, placement=placement)
+
+
+def provider_for(spec: SessionSpec) -> Provider:
+    """Build the session's provider from its config snapshot.
+
+    Raises:
+        ConfigError: the provider config is invalid.
+    """
+    try:
+        config = ProviderConfig.model_validate(spec.provider)
+    except ValueError as exc:
+        raise ConfigError(f"invalid provider config: {exc}") from None
+    return build_provider(config)
+
+
+@dataclass
+class Fleet:
+    """Process-level resources of a worker or a CLI command."""
+
+    settings: Settings
+    ledger: SqlLedger
+    leases: RedisLeaseStore
+    clock: Clock
+    runner: SessionRunner
+    dispatcher: Dispatcher
+
+
+def build_fleet(
+    settings: Settings,
+    queue: TaskQueue,
+    *,
+    executor: ToolExecutor | None = None,
+    migrate: bool = False,
+    clock: Clock | None = None,
+) -> Fleet:
+    """Wire ledger, lease store, runner and dispatcher for ``settings``.
+
+    Args:
+        queue: where the dispatcher publishes (Celery in production).
+        executor: tool executor (default: inline in the session worker).
+        migrate: run the Alembic migrations first (embedded mode, ``nahida migrate``).
+    """
+    clock = clock or SystemClock()
+    engine = make_engine(settings.database_url)
+    if migrate:
+        upgrade(engine)
+    ledger = SqlLedger(engine=engine, payload_max_bytes=settings.event_payload_max_bytes)
+    leases = lease_store(settings)
+    runner = SessionRunner(
+        ledger=ledger,
+        leases=leases,
+        clock=clock,
+        provider_for=provider_for,
+        registry_for=lambda spec: registry_for(spec, settings),
+        executor=executor or InlineExecutor(clock.now),
+        lease_ttl_ms=settings.lease_ttl_ms,
+    )
+    dispatcher = Dispatcher(ledger, queue, clock)
+    return Fleet(settings, ledger, leases, clock, runner, dispatcher)

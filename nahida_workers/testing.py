@@ -1,0 +1,154 @@
+"""Test doubles and an in-process runner (STYLE.md habit 10).
+
+``FakeClock`` makes time a value; ``ListTaskQueue`` records publishes;
+:func:`memory_runner` wires a :class:`SessionRunner` over in-memory twins;
+:func:`run_inline` dispatches one session and runs it to its terminal state
+in the calling thread -- the whole loop, no broker, no database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nahida_workers.core.events import Event, ExecutionReceipt
+from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.lease.memory import MemoryLeaseStore
+from nahida_workers.ledger.memory import MemoryLedger
+from nahida_workers.ports import Ledger, Provider
+from nahida_workers.providers.scripted import ScriptedProvider, load_script
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.session import SessionOutcome, SessionRunner
+from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.tools import default_registry
+from nahida_workers.tools.base import ToolRegistry
+
+__all__ = [
+    "FakeClock",
+    "InlineResult",
+    "ListTaskQueue",
+    "memory_runner",
+    "run_inline",
+    "scripted_spec",
+]
+
+
+class FakeClock:
+    """A clock that moves only when told (or by ``sleep``)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._mono = 1000.0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        """Current fake UTC time."""
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        """Current fake monotonic seconds."""
+        with self._lock:
+            return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward."""
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        """Advance instead of sleeping."""
+        self.advance(seconds)
+
+    def monotonic_ms(self) -> float:
+        """Monotonic milliseconds (for :class:`MemoryLeaseStore`)."""
+        return self.monotonic() * 1000.0
+
+
+@dataclass
+class ListTaskQueue:
+    """Records ``publish_session`` calls: ``[(session_id, task_id), ...]``."""
+
+    published: list[tuple[str, str]] = field(default_factory=list)
+    fail: bool = False
+
+    def publish_session(self, session_id: str, *, task_id: str) -> None:
+        """Record a publish (or raise ``ConnectionError`` when ``fail``)."""
+        if self.fail:
+            raise ConnectionError("broker unavailable (test)")
+        self.published.append((session_id, task_id))
+
+
+def scripted_spec(turns: list[Mapping[str, Any]], **overrides: Any) -> SessionSpec:
+    """A session spec whose provider is the given scripted turns."""
+    data: dict[str, Any] = {
+        "prompt": "test prompt",
+        "provider": {"kind": "scripted", "script": {"turns": list(turns)}},
+    }
+    data.update(overrides)
+    return SessionSpec.model_validate(data)
+
+
+def _provider_for(spec: SessionSpec) -> Provider:
+    return ScriptedProvider(load_script(spec.provider["script"]))
+
+
+def memory_runner(
+    *,
+    ledger: Ledger | None = None,
+    clock: FakeClock | None = None,
+    executor: ToolExecutor | None = None,
+    provider_for: Callable[[SessionSpec], Provider] | None = None,
+    registry_for: Callable[[SessionSpec], ToolRegistry] | None = None,
+) -> SessionRunner:
+    """A :class:`SessionRunner` over in-memory ports (scripted provider by default)."""
+    clock = clock or FakeClock()
+    return SessionRunner(
+        ledger=ledger or MemoryLedger(),
+        leases=MemoryLeaseStore(clock.monotonic_ms),
+        clock=clock,
+        provider_for=provider_for or _provider_for,
+        registry_for=registry_for or (lambda spec: default_registry().subset(spec.tools)),
+        executor=executor or InlineExecutor(clock.now),
+    )
+
+
+@dataclass
+class InlineResult:
+    """What :func:`run_inline` saw: the rows of the one session it ran."""
+
+    outcome: SessionOutcome
+    session: SessionRecord
+    run: RunRecord
+    events: list[Event]
+    receipts: list[ExecutionReceipt]
+
+    @property
+    def terminal(self) -> dict[str, Any]:
+        """The terminal event's payload."""
+        return self.events[-1].payload
+
+
+def run_inline(
+    spec: SessionSpec, workspace: str | Path, *, runner: SessionRunner | None = None
+) -> InlineResult:
+    """Dispatch one session and run it to a terminal state in this thread."""
+    runner = runner or memory_runner()
+    queue = ListTaskQueue()
+    dispatcher = Dispatcher(runner.ledger, queue, runner.clock)
+    session, _ = dispatcher.submit(spec, workspace=str(workspace))
+    outcome = runner.run(session.session_id)
+    run = runner.ledger.runs_of(session.session_id)[-1]
+    return InlineResult(
+        outcome=outcome,
+        session=runner.ledger.get_session(session.session_id) or session,
+        run=runner.ledger.get_run(run.run_id) or run,
+        events=runner.ledger.events(run.run_id),
+        receipts=runner.ledger.receipts(run.run_id),
+    )

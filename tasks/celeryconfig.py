@@ -1,0 +1,64 @@
+"""Celery configuration derived from the settings (DESIGN.md section 4).
+
+Delivery rules that durability depends on are fixed here, not left to
+defaults: late acks, reject on a lost worker, prefetch 1, and a visibility
+timeout larger than the lease TTL (a redelivered copy of a running session
+finds the lease held and exits: case B01).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Queue
+
+from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
+
+__all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SWEEP", "celery_config"]
+
+RUN_SESSION = "nahida.run_session"
+RUN_TOOL_CALL = "nahida.run_tool_call"
+SWEEP = "nahida.sweep"
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery ``conf`` mapping for ``settings``."""
+    transport: dict[str, Any] = {}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        transport = {
+            "visibility_timeout": settings.visibility_timeout_s,
+            # Sweep for messages of dead consumers often enough that the
+            # visibility timeout, not the sweep period, bounds redelivery.
+            "unacked_restore_interval": max(1, min(10, int(settings.visibility_timeout_s / 4))),
+            "unacked_restore_throttle": 1,
+            "socket_timeout": 10,
+            "socket_connect_timeout": 5,
+        }
+    return {
+        "broker_url": settings.broker_url,
+        "result_backend": settings.result_backend_url,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": {"socket_timeout": 10},
+        "broker_connection_retry_on_startup": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_queues": (Queue(SESSIONS_QUEUE), Queue(TOOLS_QUEUE)),
+        "task_default_queue": SESSIONS_QUEUE,
+        "task_routes": {
+            RUN_SESSION: {"queue": SESSIONS_QUEUE},
+            SWEEP: {"queue": SESSIONS_QUEUE},
+            RUN_TOOL_CALL: {"queue": TOOLS_QUEUE},
+        },
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "result_expires": 3600,
+        "beat_schedule": {
+            "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
+        },
+        "worker_hijack_root_logger": False,
+    }
