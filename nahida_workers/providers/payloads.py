@@ -14,8 +14,8 @@ with arguments as JSON text; one ``tool`` message per call right after it.
 Anthropic Messages: top-level ``system``; assistant blocks are text then
 ``tool_use``; the next user message starts with the ``tool_result`` blocks for
 exactly those ids in order (``is_error`` when set), and consecutive user
-content is merged because roles must alternate.  Empty text blocks are
-dropped (the API rejects them).
+content is merged because roles must alternate.  Empty or whitespace-only
+text is dropped (the API rejects such text blocks).
 """
 
 from __future__ import annotations
@@ -213,10 +213,10 @@ def anthropic_messages(request: ProviderRequest) -> list[dict[str, Any]]:
 
     for item in _exchange_order(request.messages):
         if isinstance(item, UserMessage):
-            add("user", [{"type": "text", "text": item.text}] if item.text else [])
+            add("user", [{"type": "text", "text": item.text}] if item.text.strip() else [])
             continue
         blocks: list[dict[str, Any]] = []
-        if item.assistant.text:
+        if item.assistant.text.strip():
             blocks.append({"type": "text", "text": item.assistant.text})
         blocks.extend(
             {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}

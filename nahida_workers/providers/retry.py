@@ -5,7 +5,7 @@ retries a provider call.  Only a :class:`ProviderError` with ``retryable=True``
 is retried.  Each wait is exponential backoff with jitter, but never shorter
 than the server's ``retry_after`` (seconds).  Retrying stops after
 ``max_retries`` retries, or as soon as the next wait would push the total time
-spent waiting past ``max_total_wait_s``; the last error is then re-raised
+spent waiting past ``max_total_wait_s`` (or that budget is spent); the last error is then re-raised
 unchanged (still ``retryable``, so a caller such as the fallback provider knows
 the retries were exhausted rather than refused).
 """
@@ -91,8 +91,10 @@ def call_with_retries(
     def should_stop(state: RetryCallState) -> bool:
         if state.attempt_number > policy.max_retries:
             return True
-        # Never wait less than Retry-After: if that does not fit, give up now.
-        return next_wait(state) > policy.max_total_wait_s - state.idle_for
+        remaining = policy.max_total_wait_s - state.idle_for
+        # Give up once the wait budget is spent, and never wait less than
+        # Retry-After: if that does not fit in what is left, give up now.
+        return remaining <= 0 or next_wait(state) > remaining
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None

@@ -20,7 +20,9 @@ tool_result blocks immediately after", case B06):
   user message whose leading blocks are ``tool_result`` blocks for exactly U
   in the same order;
 * no ``tool_result`` refers to an id outside the preceding assistant message;
-* no empty content, no empty text block; ``tool_use`` ids are unique.
+* no empty content, no empty or whitespace-only text block (the API's
+  "text content blocks must contain non-whitespace text"); ``tool_use`` ids
+  are unique.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def validate_anthropic_messages(messages: Sequence[dict[str, Any]]) -> None:
 
 def _blocks(i: int, content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
-        if not content:
+        if not content.strip():
             raise PayloadInvalid(f"messages[{i}]: empty content")
         return [{"type": "text", "text": content}]
     if not isinstance(content, list) or not content:
@@ -142,7 +144,7 @@ def _blocks(i: int, content: Any) -> list[dict[str, Any]]:
     for block in content:
         if not isinstance(block, dict) or "type" not in block:
             raise PayloadInvalid(f"messages[{i}]: a content block has no type")
-        if block["type"] == "text" and not block.get("text"):
+        if block["type"] == "text" and not str(block.get("text") or "").strip():
             raise PayloadInvalid(f"messages[{i}]: empty text block")
     return content
 
