@@ -31,7 +31,7 @@ from typing import Any
 
 from nahida_workers.core.events import FailureCode
 from nahida_workers.core.messages import ProviderTurn, StopReason
-from nahida_workers.providers.payloads import request_from_openai_body
+from nahida_workers.providers.openai_reader import request_from_openai_body
 from nahida_workers.providers.scripted import Script, load_script, scripted_turn
 
 __all__ = ["MockLLMServer", "openai_stream_chunks", "serve_mock_llm"]
