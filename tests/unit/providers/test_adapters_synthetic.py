@@ -432,3 +432,23 @@ def test_repr_never_shows_the_key(factory: Any) -> None:
     provider: HTTPProvider = factory(Recorder([ok_text()]))[0]
     assert KEY not in repr(provider) and KEY not in str(provider)
     assert "api_key=set" in repr(provider)
+
+
+def test_anthropic_server_ignoring_stream_answers_json() -> None:
+    message = {
+        "type": "message",
+        "model": "claude-x",
+        "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_9", "name": "Read", "input": {"path": "a"}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": 1},
+    }
+    recorder = Recorder([httpx.Response(200, json=message)])
+    deltas: list[str] = []
+    turn = anthropic(recorder)[0].complete(simple_request(), on_text=deltas.append)
+    assert turn.text == "Reading." and deltas == ["Reading."]
+    assert [(c.call_id, c.arguments) for c in turn.tool_calls] == [("toolu_9", {"path": "a"})]
+    assert turn.stop_reason is StopReason.TOOL_CALLS and turn.anomalies == ()
+    assert turn.usage is not None and turn.usage.cache_read_tokens == 1
