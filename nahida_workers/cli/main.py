@@ -35,8 +35,9 @@ __all__ = ["app"]
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 app.add_typer(runs_app, name="runs")
-console = Console()
-err = Console(stderr=True)
+# Pipes and CI logs get wide lines instead of 80-column cells cut with an ellipsis.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 DEFAULT_DB = Path("var/nahida.sqlite3")
 LocalOpt = Annotated[
@@ -215,7 +216,7 @@ def main() -> None:
     """Entry point with typed errors turned into one clear line and exit code 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except NahidaError as exc:
         err.print(f"[red]error:[/red] {exc}")
         sys.exit(2)
@@ -228,3 +229,4 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(code if isinstance(code, int) else 0)

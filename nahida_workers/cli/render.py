@@ -27,8 +27,12 @@ _STYLE = {
 def batch_table(report: dict[str, Any]) -> Table:
     """Repo, terminal state, reason, turns, tool calls, seconds -- one row per session."""
     table = Table(title=f"batch {report['batch_id']} ({report.get('job')})")
-    for column in ("repo", "state", "reason", "turns", "tool calls", "seconds", "run"):
-        table.add_column(column, overflow="fold")
+    table.add_column("repo", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("reason", no_wrap=True)
+    for column in ("turns", "tool calls", "seconds"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("run", no_wrap=True)
     for row in report["sessions"]:
         state = row["terminal_state"] or row["status"]
         seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
@@ -39,7 +43,7 @@ def batch_table(report: dict[str, Any]) -> Table:
             str(row["turns"]),
             str(row["tool_calls"]),
             seconds,
-            row["run_id"] or "-",
+            (row["run_id"] or "-")[:12],
         )
     return table
 

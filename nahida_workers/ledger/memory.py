@@ -190,7 +190,15 @@ class MemoryLedger:
         check_receipts(self._facts(run_id), receipts)
         log = self._receipts.setdefault(run_id, [])
         start = len(log)
-        log.extend(r.model_copy(update={"epoch": fence.epoch}) for r in receipts)
+        log.extend(
+            r.model_copy(
+                update={
+                    "epoch": fence.epoch,
+                    "evidence": cap_payload(dict(r.evidence), self.payload_max_bytes),
+                }
+            )
+            for r in receipts
+        )
         tx.undo.append(lambda: log.__delitem__(slice(start, None)))
 
     def finish_run(

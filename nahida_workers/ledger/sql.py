@@ -104,6 +104,7 @@ class SqlTx:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.fence: Fence | None = None
+        self.runs: dict[str, str] = {}  # run_id -> session_id written or read in this tx
 
 
 def _integrity(exc: IntegrityError) -> LedgerIntegrityError:
@@ -165,6 +166,9 @@ class SqlLedger:
                 if fence is not None:
                     self.lock_session(tx, fence.session_id, fence.epoch)
                 yield tx
+            # Only committed runs enter the process-wide cache: a rolled-back
+            # run must stay unknown.
+            self._run_session.update(tx.runs)
         except IntegrityError as exc:
             raise _integrity(exc) from None
         except (OperationalError, DBAPIError) as exc:
@@ -195,14 +199,14 @@ class SqlLedger:
     def _require_fence(self, tx: SqlTx, run_id: str) -> Fence:
         if tx.fence is None:
             raise LedgerIntegrityError("event and receipt writes need a fenced transaction")
-        session_id = self._run_session.get(run_id)
+        session_id = self._run_session.get(run_id) or tx.runs.get(run_id)
         if session_id is None:
             session_id = tx.conn.execute(
                 select(t.agent_runs.c.session_id).where(t.agent_runs.c.run_id == run_id)
             ).scalar()
             if session_id is None:
                 raise NotFoundError(f"no run {run_id}")
-            self._run_session[run_id] = session_id
+            tx.runs[run_id] = session_id
         if session_id != tx.fence.session_id:
             raise LedgerIntegrityError(f"run {run_id} does not belong to the fenced session")
         return tx.fence
@@ -263,12 +267,14 @@ class SqlLedger:
             tx.conn.execute(insert(t.sessions).values(**values))
             return session, True
         dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
-        result = tx.conn.execute(
+        # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
+        inserted = tx.conn.execute(
             dialect_insert(t.sessions)
             .values(**values)
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        )
-        if result.rowcount == 1:
+            .returning(t.sessions.c.session_id)
+        ).first()
+        if inserted is not None:
             return session, True
         existing = tx.conn.execute(
             select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
@@ -288,7 +294,7 @@ class SqlLedger:
                 started_at=run.started_at,
             )
         )
-        self._run_session[run.run_id] = run.session_id
+        tx.runs[run.run_id] = run.session_id
 
     def append_events(self, tx: SqlTx, events: Sequence[Event]) -> None:
         """Insert events under the transaction's fence (rules in ``rules.py``)."""

@@ -45,8 +45,8 @@ __all__ = [
 
 #: Settings overrides that make the embedded mode (``{db}`` is the SQLite path).
 EMBEDDED_URLS = {
-    "broker_url": "memory://",
-    "result_backend_url": "cache+memory://",
+    "broker_url": "memory://localhost/",
+    "result_backend_url": "cache+memory://localhost/",
     "redis_url": "fakeredis://",
 }
 

@@ -35,7 +35,6 @@ from nahida_workers.errors import (
     NotFoundError,
     StaleEpochError,
 )
-from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ledger.migrate import alembic_config, upgrade
 from nahida_workers.ledger.schema import metadata
 from nahida_workers.ledger.sql import SqlLedger, make_engine
@@ -55,26 +54,6 @@ from tests.contract.ledger_world import (
 )
 
 DEADLINE_S = 5.0
-
-#: sql.py create_session decides "created" from an INSERT's rowcount, which
-#: SQLAlchemy 2.1 + psycopg 3 reports as -1 unless preserve_rowcount is set.
-PG_ROWCOUNT_BUG = (
-    "BUG: SqlLedger.create_session (ledger/sql.py:271) tests result.rowcount == 1 after "
-    "INSERT ... ON CONFLICT DO NOTHING; on PostgreSQL (SQLAlchemy 2.1, psycopg 3) rowcount "
-    "is -1 without execution_options(preserve_rowcount=True), so a session that WAS "
-    "inserted is returned with created=False"
-)
-
-
-def _xfail_when(request: pytest.FixtureRequest, condition: bool, reason: str) -> None:
-    """Mark only the affected adapter's variant as a strict expected failure."""
-    if condition:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
-def _is_postgres(ledger: object) -> bool:
-    return isinstance(ledger, SqlLedger) and ledger.engine.dialect.name == "postgresql"
-
 
 def _finish(ledger: Ledger, tx: LedgerTx, run_id: str) -> None:
     ledger.finish_run(
@@ -365,7 +344,6 @@ def test_receipts_read_back_in_write_order(ledger: Ledger) -> None:
 def test_create_session_with_a_known_idempotency_key_returns_the_existing_one(
     ledger: Ledger, request: pytest.FixtureRequest
 ) -> None:
-    _xfail_when(request, _is_postgres(ledger), PG_ROWCOUNT_BUG)
     with ledger.transaction() as tx:
         first, created = ledger.create_session(tx, session_record("s-a", key="job:1"))
     assert created
@@ -498,12 +476,6 @@ def test_credentials_in_payloads_are_redacted(ledger: Ledger) -> None:
 def test_credentials_in_receipt_evidence_are_redacted(
     ledger: Ledger, request: pytest.FixtureRequest
 ) -> None:
-    _xfail_when(
-        request,
-        isinstance(ledger, MemoryLedger),
-        "BUG: MemoryLedger.put_receipts (ledger/memory.py:193) stores evidence without "
-        "cap_payload; SqlLedger.put_receipts redacts and caps it",
-    )
     w = make_world(ledger)
     key = "sk-" + "Z9y8X7w6V5" * 3
     w.append(tool_call(w.run_id, 2, "c1"))
@@ -515,13 +487,6 @@ def test_credentials_in_receipt_evidence_are_redacted(
 def test_a_run_created_in_a_rolled_back_transaction_does_not_exist(
     ledger: Ledger, request: pytest.FixtureRequest
 ) -> None:
-    _xfail_when(
-        request,
-        isinstance(ledger, SqlLedger),
-        "BUG: SqlLedger.create_run (ledger/sql.py:291) caches run->session before commit; "
-        "after a rollback _require_fence trusts the cache and the insert dies on the "
-        "foreign key (LedgerIntegrityError, not NotFoundError)",
-    )
     w = make_world(ledger)
     with pytest.raises(RuntimeError), ledger.transaction(fence=w.fence) as tx:
         ledger.create_run(tx, run_record(w.session_id, "r-ghost", started=at(3)))

@@ -1,0 +1,188 @@
+"""Real worker processes for integration and crash tests.
+
+A :class:`Fleet` owns the environment of one test: the per-run PostgreSQL
+database, three Redis databases flushed at start (broker, results, leases), a
+unique lease key prefix, and the ``celery -A tasks worker`` processes it
+starts.  Tests kill those processes with real signals (SIGKILL, SIGSTOP).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from nahida_workers.core.events import EventType, SessionStatus
+from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Worker:
+    """One ``celery worker`` process and its log file."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        """Everything the worker logged so far."""
+        return self.log.read_text("utf-8", errors="replace") if self.log.exists() else ""
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` to the worker process."""
+        os.kill(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        """Terminate (and reap) the worker."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+@dataclass
+class Fleet:
+    """Environment and processes of one distributed test."""
+
+    postgres_url: str
+    redis_url: str
+    workdir: Path
+    lease_ttl_s: float = 2.0
+    visibility_timeout_s: float = 6.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+    workers: list[Worker] = field(default_factory=list)
+    prefix: str = field(default_factory=lambda: f"it:{uuid.uuid4().hex[:8]}:")
+
+    def __post_init__(self) -> None:
+        for db in (BROKER_DB, RESULTS_DB, LEASE_DB):
+            redis.Redis.from_url(f"{self.redis_url}/{db}").flushdb()
+
+    def env(self) -> dict[str, str]:
+        """Environment of a worker process: only what the test sets."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NAHIDA_", "CELERY"))}
+        env.update(
+            {
+                "NAHIDA_DATABASE_URL": self.postgres_url,
+                "NAHIDA_BROKER_URL": f"{self.redis_url}/{BROKER_DB}",
+                "NAHIDA_RESULT_BACKEND_URL": f"{self.redis_url}/{RESULTS_DB}",
+                "NAHIDA_REDIS_URL": f"{self.redis_url}/{LEASE_DB}",
+                "NAHIDA_REDIS_KEY_PREFIX": self.prefix,
+                "NAHIDA_LEASE_TTL_S": str(self.lease_ttl_s),
+                "NAHIDA_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
+                "NAHIDA_ENV_FILE": "/dev/null",
+                "PYTHONUNBUFFERED": "1",
+                **self.extra_env,
+            }
+        )
+        return env
+
+    def settings(self) -> Settings:
+        """The same settings, as an object for the test process."""
+        fields = {k[len("NAHIDA_"):].lower(): v for k, v in self.env().items()
+                  if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"}
+        return Settings(**fields)
+
+    def start_worker(
+        self, *, queues: str = "sessions", concurrency: int = 2, name: str | None = None
+    ) -> Worker:
+        """Start ``celery -A tasks worker`` and wait until it is ready."""
+        name = name or f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
+        log = self.workdir / f"{name}.log"
+        handle = log.open("wb")
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "tasks", "worker",
+                "-Q", queues, "--pool", "threads", "-c", str(concurrency),
+                "-n", f"{name}@%h", "--without-heartbeat", "--without-mingle",
+                "--without-gossip", "-l", "INFO",
+            ],
+            cwd=ROOT, env=self.env(), stdout=handle, stderr=subprocess.STDOUT,
+        )
+        worker = Worker(name, proc, log)
+        self.workers.append(worker)
+        wait_for(lambda: " ready." in worker.text() or proc.poll() is not None,
+                 timeout=30, what=f"worker {name} to start")
+        if proc.poll() is not None:
+            raise AssertionError(f"worker {name} exited at start:\n{worker.text()[-3000:]}")
+        return worker
+
+    def dispatcher(self, ledger: SqlLedger) -> Dispatcher:
+        """A dispatcher publishing through the real broker."""
+        from nahida_workers.ports import SystemClock
+        from tasks.app import CeleryTaskQueue, app, configure
+
+        configure(self.settings())
+        return Dispatcher(ledger, CeleryTaskQueue(app), SystemClock())
+
+    def stop(self) -> None:
+        """Stop every worker this fleet started."""
+        for worker in self.workers:
+            worker.stop()
+
+
+def submit(dispatcher: Dispatcher, spec: SessionSpec, workspace: Path) -> str:
+    """Dispatch one session and return its id."""
+    session, _ = dispatcher.submit(spec, workspace=str(workspace))
+    return session.session_id
+
+
+def wait_done(ledger: SqlLedger, session_id: str, *, timeout: float = 60) -> None:
+    """Wait until a session's status is ``done``."""
+    wait_for(
+        lambda: (s := ledger.get_session(session_id)) is not None and s.status is SessionStatus.DONE,
+        timeout=timeout, what=f"session {session_id} to finish",
+    )
+
+
+def terminal_events(ledger: SqlLedger, run_id: str) -> list[Any]:
+    """The terminal events of a run (there must be exactly one)."""
+    return [e for e in ledger.events(run_id) if e.type is EventType.TERMINAL]
+
+
+def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
+    """A small git repository with one commit."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {"README.md": "# Demo\n", "src/app.py": "# TODO: x\n"}).items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], cwd=path, check=True)
+    return path

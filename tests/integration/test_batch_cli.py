@@ -1,0 +1,127 @@
+"""The main job end to end through the `nahida` command: embedded and distributed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nahida_workers.ledger.sql import SqlLedger
+from tests.integration.harness import ROOT, Fleet, make_repo
+
+pytestmark = pytest.mark.slow
+SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
+
+
+def _nahida(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nahida_workers.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def _repos(tmp_path: Path, n: int) -> list[Path]:
+    repos = []
+    for i in range(n):
+        repos.append(make_repo(tmp_path / f"repo{i}", {
+            "README.md": f"# Project {i}\n\ntext\n",
+            "src/mod.py": "x = 1  # TODO: tidy\n",
+            "tests/test_mod.py": "def test_x():\n    assert True\n",
+            "docs/notes.txt": "FIXME later\n",
+        }))
+    return repos
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAHIDA_")}
+    env["NAHIDA_ENV_FILE"] = "/dev/null"
+    return env
+
+
+def _check_survey_report(report: dict, repos: list[Path]) -> None:
+    assert report["all_completed"] is True
+    assert report["summary"] == {"completed": len(repos)}
+    assert {row["workspace"] for row in report["sessions"]} == {str(r) for r in repos}
+    for row in report["sessions"]:
+        evidence = {c["call_id"]: c["evidence"] for c in row["calls"]}
+        assert evidence["files"]["by_extension"] == {".md": 1, ".py": 2, ".txt": 1}
+        assert evidence["todo"]["matches"] == 2
+        assert evidence["tests"]["count"] == 1
+        assert len(evidence["head"]["stdout_head"].strip()) == 40
+        assert evidence["title"]["first_line"].startswith("# Project")
+        assert row["turns"] == 3 and row["tool_calls"] == 6
+
+
+def test_local_batch_and_runs_show(tmp_path: Path) -> None:
+    repos = _repos(tmp_path, 3)
+    db = tmp_path / "ledger.sqlite3"
+    report_path = tmp_path / "report.json"
+    args = ["batch", str(SURVEY), "--local", "--db", str(db), "--report", str(report_path)]
+    for repo in repos:
+        args += ["--repo", str(repo)]
+    done = _nahida(args, _clean_env(), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(report_path.read_text())
+    _check_survey_report(report, repos)
+
+    run_id = report["sessions"][0]["run_id"]
+    shown = _nahida(["runs", "show", run_id, "--local", "--db", str(db)], _clean_env(), tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    for needle in ("user_input", "assistant_output", "tool_call", "receipt ok", "tool_result",
+                   "terminal", "completed"):
+        assert needle in out
+    assert out.index("files Glob") < out.index("todo Grep") < out.index("title Read")
+
+    status = _nahida(["status", report["batch_id"], "--local", "--db", str(db)], _clean_env(),
+                     tmp_path)
+    assert status.returncode == 0 and "completed" in status.stdout
+
+
+def test_batch_exits_non_zero_unless_every_session_completed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: short\nprompt: hi\nprovider:\n  kind: scripted\n  script:\n    turns:\n"
+        "      - text: working\n        tool_calls:\n"
+        "          - {id: a, name: LS, arguments: {}}\n"
+    )
+    report = tmp_path / "r.json"
+    done = _nahida(["batch", str(job), "--local", "--db", str(tmp_path / "l.db"), "--repo",
+                    str(repo), "--report", str(report)], _clean_env(), tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    row = json.loads(report.read_text())["sessions"][0]
+    assert (row["terminal_state"], row["reason"], row["failure_code"]) == (
+        "failed", "provider_error", "script_exhausted")
+
+
+def test_batch_with_a_bad_job_file_is_a_clear_error(tmp_path: Path) -> None:
+    job = tmp_path / "bad.yaml"
+    job.write_text("name: x\nprompt: 1\nlimits: {max_steps: 0}\n")
+    done = _nahida(["batch", str(job), "--local", "--db", str(tmp_path / "l.db"), "--repo",
+                    str(tmp_path)], _clean_env(), tmp_path)
+    assert done.returncode == 2
+    assert "invalid job file" in done.stderr and "max_steps" in done.stderr
+
+
+def test_distributed_batch_two_session_workers_one_tool_worker(
+    fleet: Fleet, pg: SqlLedger, tmp_path: Path
+) -> None:
+    repos = _repos(tmp_path, 6)
+    fleet.start_worker(queues="sessions", name="s1")
+    fleet.start_worker(queues="sessions", name="s2")
+    fleet.start_worker(queues="tools", concurrency=4, name="t1")
+    report_path = tmp_path / "report.json"
+    args = ["batch", str(SURVEY), "--report", str(report_path)]
+    for repo in repos:
+        args += ["--repo", str(repo)]
+    done = _nahida(args, fleet.env(), tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(report_path.read_text())
+    _check_survey_report(report, repos)
+    served = [w.text().count("succeeded") for w in fleet.workers[:2]]
+    assert sum(served) >= len(repos) and all(n > 0 for n in served), served
