@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -51,14 +51,8 @@ class Settings(BaseSettings):
     lease_ttl_s: float = Field(30.0, gt=0)
     visibility_timeout_s: float = Field(3600.0, gt=0)
 
-    # -- loop limits (DESIGN.md section 6) -----------------------------------
-    max_steps: int = Field(50, ge=1)
-    wall_clock_budget_s: float = Field(3600.0, gt=0)
-
     # -- tools (DESIGN.md section 5) -----------------------------------------
-    tool_output_max_bytes: int = Field(64 * 1024, ge=1024)
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
-    bash_timeout_s: float = Field(120.0, gt=0)
     local_tool_threads: int = Field(8, ge=1)
     tool_placement: dict[str, str] = Field(default_factory=dict)
     extra_tools: list[str] = Field(default_factory=list)
@@ -66,14 +60,6 @@ class Settings(BaseSettings):
     # -- maintenance ---------------------------------------------------------
     sweeper_interval_s: float = Field(15.0, gt=0)
     redispatch_after_s: float = Field(60.0, gt=0)
-
-    # -- providers (issue 4) -------------------------------------------------
-    provider: str = "scripted"
-    provider_base_url: str = "http://127.0.0.1:8089/v1"
-    provider_model: str = "scripted"
-    provider_api_key: SecretStr | None = None
-    provider_timeout_s: float = Field(120.0, gt=0)
-    provider_max_retries: int = Field(4, ge=0)
 
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:

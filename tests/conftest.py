@@ -25,7 +25,9 @@ from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 
 CI = os.environ.get("CI", "").lower() == "true"
-PG_ADMIN_DSN = os.environ.get("NAHIDA_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+PG_ADMIN_DSN = os.environ.get(
+    "NAHIDA_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+)
 PG_URL_BASE = os.environ.get("NAHIDA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REDIS_URL = os.environ.get("NAHIDA_TEST_REDIS", "redis://127.0.0.1:6379")
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.05
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail with ``what``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -112,8 +114,11 @@ class Fleet:
 
     def settings(self) -> Settings:
         """The same settings, as an object for the test process."""
-        fields = {k[len("NAHIDA_"):].lower(): v for k, v in self.env().items()
-                  if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"}
+        fields = {
+            k[len("NAHIDA_") :].lower(): v
+            for k, v in self.env().items()
+            if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"
+        }
         return Settings(**fields)
 
     def start_worker(
@@ -125,17 +130,38 @@ class Fleet:
         handle = log.open("wb")
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "tasks", "worker",
-                "-Q", queues, "--pool", "threads", "-c", str(concurrency),
-                "-n", f"{name}@%h", "--without-heartbeat", "--without-mingle",
-                "--without-gossip", "-l", "INFO",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tasks",
+                "worker",
+                "-Q",
+                queues,
+                "--pool",
+                "threads",
+                "-c",
+                str(concurrency),
+                "-n",
+                f"{name}@%h",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+                "-l",
+                "INFO",
             ],
-            cwd=ROOT, env=self.env(), stdout=handle, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
         )
         worker = Worker(name, proc, log)
         self.workers.append(worker)
-        wait_for(lambda: " ready." in worker.text() or proc.poll() is not None,
-                 timeout=30, what=f"worker {name} to start")
+        wait_for(
+            lambda: " ready." in worker.text() or proc.poll() is not None,
+            timeout=30,
+            what=f"worker {name} to start",
+        )
         if proc.poll() is not None:
             raise AssertionError(f"worker {name} exited at start:\n{worker.text()[-3000:]}")
         return worker
@@ -163,8 +189,11 @@ def submit(dispatcher: Dispatcher, spec: SessionSpec, workspace: Path) -> str:
 def wait_done(ledger: SqlLedger, session_id: str, *, timeout: float = 60) -> None:
     """Wait until a session's status is ``done``."""
     wait_for(
-        lambda: (s := ledger.get_session(session_id)) is not None and s.status is SessionStatus.DONE,
-        timeout=timeout, what=f"session {session_id} to finish",
+        lambda: (
+            (s := ledger.get_session(session_id)) is not None and s.status is SessionStatus.DONE
+        ),
+        timeout=timeout,
+        what=f"session {session_id} to finish",
     )
 
 
@@ -180,8 +209,15 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
         target = path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
-           "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
     subprocess.run([*git, "add", "-A"], cwd=path, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "init"], cwd=path, check=True)

@@ -20,19 +20,28 @@ SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
 def _nahida(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nahida_workers.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def _repos(tmp_path: Path, n: int) -> list[Path]:
     repos = []
     for i in range(n):
-        repos.append(make_repo(tmp_path / f"repo{i}", {
-            "README.md": f"# Project {i}\n\ntext\n",
-            "src/mod.py": "x = 1  # TODO: tidy\n",
-            "tests/test_mod.py": "def test_x():\n    assert True\n",
-            "docs/notes.txt": "FIXME later\n",
-        }))
+        repos.append(
+            make_repo(
+                tmp_path / f"repo{i}",
+                {
+                    "README.md": f"# Project {i}\n\ntext\n",
+                    "src/mod.py": "x = 1  # TODO: tidy\n",
+                    "tests/test_mod.py": "def test_x():\n    assert True\n",
+                    "docs/notes.txt": "FIXME later\n",
+                },
+            )
+        )
     return repos
 
 
@@ -72,13 +81,21 @@ def test_local_batch_and_runs_show(tmp_path: Path) -> None:
     shown = _nahida(["runs", "show", run_id, "--local", "--db", str(db)], _clean_env(), tmp_path)
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
-    for needle in ("user_input", "assistant_output", "tool_call", "receipt ok", "tool_result",
-                   "terminal", "completed"):
+    for needle in (
+        "user_input",
+        "assistant_output",
+        "tool_call",
+        "receipt ok",
+        "tool_result",
+        "terminal",
+        "completed",
+    ):
         assert needle in out
     assert out.index("files Glob") < out.index("todo Grep") < out.index("title Read")
 
-    status = _nahida(["status", report["batch_id"], "--local", "--db", str(db)], _clean_env(),
-                     tmp_path)
+    status = _nahida(
+        ["status", report["batch_id"], "--local", "--db", str(db)], _clean_env(), tmp_path
+    )
     assert status.returncode == 0 and "completed" in status.stdout
 
 
@@ -91,19 +108,38 @@ def test_batch_exits_non_zero_unless_every_session_completed(tmp_path: Path) -> 
         "          - {id: a, name: LS, arguments: {}}\n"
     )
     report = tmp_path / "r.json"
-    done = _nahida(["batch", str(job), "--local", "--db", str(tmp_path / "l.db"), "--repo",
-                    str(repo), "--report", str(report)], _clean_env(), tmp_path)
+    done = _nahida(
+        [
+            "batch",
+            str(job),
+            "--local",
+            "--db",
+            str(tmp_path / "l.db"),
+            "--repo",
+            str(repo),
+            "--report",
+            str(report),
+        ],
+        _clean_env(),
+        tmp_path,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     row = json.loads(report.read_text())["sessions"][0]
     assert (row["terminal_state"], row["reason"], row["failure_code"]) == (
-        "failed", "provider_error", "script_exhausted")
+        "failed",
+        "provider_error",
+        "script_exhausted",
+    )
 
 
 def test_batch_with_a_bad_job_file_is_a_clear_error(tmp_path: Path) -> None:
     job = tmp_path / "bad.yaml"
     job.write_text("name: x\nprompt: 1\nlimits: {max_steps: 0}\n")
-    done = _nahida(["batch", str(job), "--local", "--db", str(tmp_path / "l.db"), "--repo",
-                    str(tmp_path)], _clean_env(), tmp_path)
+    done = _nahida(
+        ["batch", str(job), "--local", "--db", str(tmp_path / "l.db"), "--repo", str(tmp_path)],
+        _clean_env(),
+        tmp_path,
+    )
     assert done.returncode == 2
     assert "invalid job file" in done.stderr and "max_steps" in done.stderr
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus, ToolStatus
-from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.ports import SystemClock
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
@@ -39,13 +39,18 @@ def _marker_lines(path: Path) -> list[str]:
 def test_session_completes_on_a_real_worker(fleet: Fleet, pg: SqlLedger, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     fleet.start_worker()
-    spec = scripted_spec([
-        {"text": "look", "tool_calls": [
-            {"id": "g", "name": "Glob", "arguments": {"pattern": "**/*.py"}},
-            {"id": "h", "name": "Bash", "arguments": {"command": "git log -1 --format=%H"}},
-        ]},
-        {"text": "Found one Python file."},
-    ])
+    spec = scripted_spec(
+        [
+            {
+                "text": "look",
+                "tool_calls": [
+                    {"id": "g", "name": "Glob", "arguments": {"pattern": "**/*.py"}},
+                    {"id": "h", "name": "Bash", "arguments": {"command": "git log -1 --format=%H"}},
+                ],
+            },
+            {"text": "Found one Python file."},
+        ]
+    )
     sid = submit(fleet.dispatcher(pg), spec, repo)
     wait_done(pg, sid, timeout=30)
     run = pg.runs_of(sid)[0]
@@ -64,13 +69,21 @@ def test_sigkill_mid_bash_is_finished_by_another_worker_without_rerunning(
     `interrupted`, and the command ran once (marker file), not twice."""
     repo = make_repo(tmp_path / "repo")
     marker = tmp_path / "marker.txt"
-    spec = scripted_spec([
-        {"text": "running", "tool_calls": [
-            {"id": "slow", "name": "Bash",
-             "arguments": {"command": f"echo ran >> {marker}; sleep 5; echo finished"}},
-        ]},
-        {"text": "The command was interrupted; stopping here."},
-    ])
+    spec = scripted_spec(
+        [
+            {
+                "text": "running",
+                "tool_calls": [
+                    {
+                        "id": "slow",
+                        "name": "Bash",
+                        "arguments": {"command": f"echo ran >> {marker}; sleep 5; echo finished"},
+                    },
+                ],
+            },
+            {"text": "The command was interrupted; stopping here."},
+        ]
+    )
     first = fleet.start_worker(name="first")
     sid = submit(fleet.dispatcher(pg), spec, repo)
     wait_for(lambda: _marker_lines(marker), timeout=20, what="the Bash tool to start")
@@ -112,15 +125,33 @@ def test_b01_redelivered_copies_of_a_running_session_do_nothing(
         b = fleet.start_worker(name="B", concurrency=1)
         repo = make_repo(tmp_path / "repo")
         marker = tmp_path / "calls.txt"
-        spec = scripted_spec([
-            {"text": "step", "delay_s": 1.0, "tool_calls": [
-                {"id": "c1", "name": "Bash", "arguments": {"command": f"echo c1 >> {marker}; sleep 3"}},
-            ]},
-            {"text": "step", "delay_s": 1.0, "tool_calls": [
-                {"id": "c2", "name": "Bash", "arguments": {"command": f"echo c2 >> {marker}; sleep 2"}},
-            ]},
-            {"text": "done"},
-        ])
+        spec = scripted_spec(
+            [
+                {
+                    "text": "step",
+                    "delay_s": 1.0,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "name": "Bash",
+                            "arguments": {"command": f"echo c1 >> {marker}; sleep 3"},
+                        },
+                    ],
+                },
+                {
+                    "text": "step",
+                    "delay_s": 1.0,
+                    "tool_calls": [
+                        {
+                            "id": "c2",
+                            "name": "Bash",
+                            "arguments": {"command": f"echo c2 >> {marker}; sleep 2"},
+                        },
+                    ],
+                },
+                {"text": "done"},
+            ]
+        )
         dispatcher = fleet.dispatcher(pg)
         sid = submit(dispatcher, spec, repo)
         wait_done(pg, sid, timeout=60)
@@ -132,7 +163,11 @@ def test_b01_redelivered_copies_of_a_running_session_do_nothing(
         run = runs[0]
         events = pg.events(run.run_id)
         assert {e.epoch for e in events[1:]} == {1}, "one owner, fence token 1, wrote everything"
-        assert [e.payload["turn"] for e in events if e.type is EventType.ASSISTANT_OUTPUT] == [0, 1, 2]
+        assert [e.payload["turn"] for e in events if e.type is EventType.ASSISTANT_OUTPUT] == [
+            0,
+            1,
+            2,
+        ]
         assert _marker_lines(marker) == ["c1", "c2"]
         receipts = pg.receipts(run.run_id)
         assert sorted(r.call_id for r in receipts) == ["c1", "c2"]
@@ -141,8 +176,11 @@ def test_b01_redelivered_copies_of_a_running_session_do_nothing(
         # delivery 5: a copy after the run is terminal is acked as a no-op
         before = (len(events), pg.get_session(sid).lease_epoch)  # type: ignore[union-attr]
         dispatcher.redispatch(sid)
-        wait_for(lambda: "already_done" in a.text() + b.text(), timeout=20,
-                 what="the late copy to be acked as already done")
+        wait_for(
+            lambda: "already_done" in a.text() + b.text(),
+            timeout=20,
+            what="the late copy to be acked as already done",
+        )
         after = (len(pg.events(run.run_id)), pg.get_session(sid).lease_epoch)  # type: ignore[union-attr]
         assert after == before
     finally:
@@ -160,12 +198,21 @@ def test_sweeper_redispatches_a_session_whose_owner_died(
     try:
         repo = make_repo(tmp_path / "repo")
         marker = tmp_path / "m.txt"
-        spec = scripted_spec([
-            {"text": "x", "tool_calls": [
-                {"id": "s", "name": "Bash", "arguments": {"command": f"echo x >> {marker}; sleep 30"}},
-            ]},
-            {"text": "stopped"},
-        ])
+        spec = scripted_spec(
+            [
+                {
+                    "text": "x",
+                    "tool_calls": [
+                        {
+                            "id": "s",
+                            "name": "Bash",
+                            "arguments": {"command": f"echo x >> {marker}; sleep 30"},
+                        },
+                    ],
+                },
+                {"text": "stopped"},
+            ]
+        )
         victim = fleet.start_worker(name="victim")
         dispatcher = fleet.dispatcher(pg)
         sid = submit(dispatcher, spec, repo)
