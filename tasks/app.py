@@ -1,7 +1,7 @@
 """The Celery app (``celery -A tasks worker -Q sessions`` / ``-Q tools``).
 
 Nothing is read from the environment at import time: the settings are loaded
-when Celery first configures the app (``on_configure``), or handed in by
+when Celery first needs its configuration (a lazy ``add_defaults`` promise), or handed in by
 :func:`configure` (the CLI's embedded mode, tests).  Each worker process builds
 its :class:`~nahida_workers.runtime.wiring.Fleet` lazily and again after a fork.
 """
@@ -25,28 +25,24 @@ _state: dict[str, Any] = {"settings": None, "fleet": None}
 _lock = threading.Lock()
 
 
-@app.on_configure.connect
-def _on_configure(sender: Celery, **_: Any) -> None:
+def settings() -> Settings:
+    """The settings this process runs with (loaded from the environment once)."""
     if _state["settings"] is None:
         _state["settings"] = load_settings()
-    sender.conf.update(celery_config(_state["settings"]))
+    return _state["settings"]  # type: ignore[no-any-return]
+
+
+# A promise: Celery evaluates it when the configuration is first needed, so
+# importing this module reads nothing from the environment.
+app.add_defaults(lambda: celery_config(settings()))
 
 
 def configure(new_settings: Settings) -> None:
-    """Use ``new_settings`` for this process (before or after first use)."""
+    """Use ``new_settings`` for this process (the CLI's embedded mode, tests)."""
     with _lock:
         _state["settings"] = new_settings
         _state["fleet"] = None
-        app.conf.update(celery_config(new_settings))
-
-
-def settings() -> Settings:
-    """The settings this process runs with."""
-    if _state["settings"] is None:
-        app.loader.import_default_modules()  # triggers on_configure
-        _ = app.conf.broker_url
-    assert _state["settings"] is not None
-    return _state["settings"]  # type: ignore[no-any-return]
+    app.conf.update(celery_config(new_settings))
 
 
 class CeleryTaskQueue:
