@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     result_backend_url: str = "redis://127.0.0.1:6379/1"
     redis_url: str = "redis://127.0.0.1:6379/2"
     redis_key_prefix: str = ""
+    broker_key_prefix: str = ""
 
     # -- lease and delivery (DESIGN.md section 4) -----------------------------
     lease_ttl_s: float = Field(30.0, gt=0)

@@ -34,6 +34,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         }
+        if settings.broker_key_prefix:
+            # Separate fleets (and test runs) can share one Redis database.
+            transport["global_keyprefix"] = settings.broker_key_prefix
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend_url,

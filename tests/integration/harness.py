@@ -1,9 +1,10 @@
 """Real worker processes for integration and crash tests.
 
 A :class:`Fleet` owns the environment of one test: the per-run PostgreSQL
-database, three Redis databases flushed at start (broker, results, leases), a
-unique lease key prefix, and the ``celery -A tasks worker`` processes it
-starts.  Tests kill those processes with real signals (SIGKILL, SIGSTOP).
+database, Redis databases 11-13 (broker, results, leases) shared safely
+through a unique key prefix for leases and broker queues, and the
+``celery -A tasks worker`` processes it starts.  Tests kill those processes
+with real signals (SIGKILL, SIGSTOP).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import redis
 
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.sql import SqlLedger
@@ -88,10 +87,7 @@ class Fleet:
     extra_env: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     prefix: str = field(default_factory=lambda: f"it:{uuid.uuid4().hex[:8]}:")
-
-    def __post_init__(self) -> None:
-        for db in (BROKER_DB, RESULTS_DB, LEASE_DB):
-            redis.Redis.from_url(f"{self.redis_url}/{db}").flushdb()
+    _apps: list[Any] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         """Environment of a worker process: only what the test sets."""
@@ -103,6 +99,7 @@ class Fleet:
                 "NAHIDA_RESULT_BACKEND_URL": f"{self.redis_url}/{RESULTS_DB}",
                 "NAHIDA_REDIS_URL": f"{self.redis_url}/{LEASE_DB}",
                 "NAHIDA_REDIS_KEY_PREFIX": self.prefix,
+                "NAHIDA_BROKER_KEY_PREFIX": self.prefix,
                 "NAHIDA_LEASE_TTL_S": str(self.lease_ttl_s),
                 "NAHIDA_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
                 "NAHIDA_ENV_FILE": "/dev/null",
@@ -167,17 +164,28 @@ class Fleet:
         return worker
 
     def dispatcher(self, ledger: SqlLedger) -> Dispatcher:
-        """A dispatcher publishing through the real broker."""
-        from nahida_workers.ports import SystemClock
-        from tasks.app import CeleryTaskQueue, app, configure
+        """A dispatcher publishing through the real broker, with this fleet's prefix.
 
-        configure(self.settings())
-        return Dispatcher(ledger, CeleryTaskQueue(app), SystemClock())
+        A fresh Celery app per fleet: kombu caches connections and producers
+        per app, and each fleet has its own broker key prefix.
+        """
+        from celery import Celery
+
+        from nahida_workers.ports import SystemClock
+        from tasks.app import CeleryTaskQueue
+        from tasks.celeryconfig import celery_config
+
+        publisher = Celery("nahida-test-publisher", set_as_current=False)
+        publisher.conf.update(celery_config(self.settings()))
+        self._apps.append(publisher)
+        return Dispatcher(ledger, CeleryTaskQueue(publisher), SystemClock())
 
     def stop(self) -> None:
         """Stop every worker this fleet started."""
         for worker in self.workers:
             worker.stop()
+        for publisher in self._apps:
+            publisher.close()
 
 
 def submit(dispatcher: Dispatcher, spec: SessionSpec, workspace: Path) -> str:
