@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from nahida_workers.core.events import (
     Event,
@@ -44,6 +44,7 @@ __all__ = [
     "Provider",
     "SystemClock",
     "TaskQueue",
+    "TxT",
 ]
 
 
@@ -111,8 +112,11 @@ class LedgerTx(Protocol):
     """An open ledger transaction (opaque; pass it to ledger write methods)."""
 
 
+TxT = TypeVar("TxT")
+
+
 @runtime_checkable
-class Ledger(Protocol):
+class Ledger(Protocol[TxT]):
     """The source of truth (DESIGN.md section 2).
 
     Writes take the caller's transaction and never commit on their own
@@ -120,12 +124,15 @@ class Ledger(Protocol):
     :meth:`lock_session` checks the writer's epoch under a row lock, so a
     writer that lost its lease cannot write a single row.
 
+    Generic in its transaction type (``SqlTx``, ``MemoryTx``); callers that
+    accept any adapter use ``Ledger[Any]``.
+
     Refusals (all :class:`~nahida_workers.errors.LedgerIntegrityError`):
     ``DuplicateSequenceError``, ``CallNotCommittedError``,
     ``DuplicateResultError``, ``EventAfterTerminalError``, ``StaleEpochError``.
     """
 
-    def transaction(self, *, fence: Fence | None = None) -> AbstractContextManager[LedgerTx]:
+    def transaction(self, *, fence: Fence | None = None) -> AbstractContextManager[TxT]:
         """Open a transaction; with ``fence``, lock and check it first.
 
         Raises:
@@ -134,16 +141,16 @@ class Ledger(Protocol):
         """
         ...
 
-    def lock_session(self, tx: LedgerTx, session_id: str, epoch: int) -> None:
+    def lock_session(self, tx: TxT, session_id: str, epoch: int) -> None:
         """Lock the session row for ``tx`` and check ``epoch`` is current."""
         ...
 
     # -- writes (caller's transaction) ---------------------------------------
-    def create_batch(self, tx: LedgerTx, batch: BatchRecord) -> None:
+    def create_batch(self, tx: TxT, batch: BatchRecord) -> None:
         """Insert a batch row."""
         ...
 
-    def create_session(self, tx: LedgerTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
+    def create_session(self, tx: TxT, session: SessionRecord) -> tuple[SessionRecord, bool]:
         """Insert a session; return ``(row, created)``.
 
         When ``idempotency_key`` is already known, returns the existing row and
@@ -151,21 +158,21 @@ class Ledger(Protocol):
         """
         ...
 
-    def create_run(self, tx: LedgerTx, run: RunRecord) -> None:
+    def create_run(self, tx: TxT, run: RunRecord) -> None:
         """Insert a run row."""
         ...
 
-    def append_events(self, tx: LedgerTx, events: Sequence[Event]) -> None:
+    def append_events(self, tx: TxT, events: Sequence[Event]) -> None:
         """Insert events (in the given order) under the transaction's fence."""
         ...
 
-    def put_receipts(self, tx: LedgerTx, receipts: Sequence[ExecutionReceipt]) -> None:
+    def put_receipts(self, tx: TxT, receipts: Sequence[ExecutionReceipt]) -> None:
         """Insert receipts; each call must have a committed tool_call."""
         ...
 
     def finish_run(
         self,
-        tx: LedgerTx,
+        tx: TxT,
         run_id: str,
         *,
         state: TerminalState,
@@ -177,20 +184,20 @@ class Ledger(Protocol):
         ...
 
     def set_session_status(
-        self, tx: LedgerTx, session_id: str, status: SessionStatus, *, at: datetime
+        self, tx: TxT, session_id: str, status: SessionStatus, *, at: datetime
     ) -> None:
         """Set ``sessions.status``."""
         ...
 
-    def request_cancel(self, tx: LedgerTx, session_id: str, *, at: datetime) -> None:
+    def request_cancel(self, tx: TxT, session_id: str, *, at: datetime) -> None:
         """Set the session's cancel flag; the loop stops at its next boundary."""
         ...
 
-    def add_outbox(self, tx: LedgerTx, record: OutboxRecord) -> None:
+    def add_outbox(self, tx: TxT, record: OutboxRecord) -> None:
         """Record a publish owed to the broker."""
         ...
 
-    def mark_published(self, tx: LedgerTx, outbox_id: str, *, at: datetime) -> None:
+    def mark_published(self, tx: TxT, outbox_id: str, *, at: datetime) -> None:
         """Mark an outbox row published."""
         ...
 

@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
     local_tool_threads: int = Field(8, ge=1)
+    remote_tools: bool = True
     tool_placement: dict[str, str] = Field(default_factory=dict)
     extra_tools: list[str] = Field(default_factory=list)
 
@@ -95,4 +96,4 @@ def load_settings(**overrides: Any) -> Settings:
         pydantic.ValidationError: a value is malformed (the message names it).
     """
     env_file = os.environ.get("NAHIDA_ENV_FILE", ".env")
-    return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+    return Settings(_env_file=env_file, **overrides)

@@ -9,18 +9,20 @@ in the calling thread -- the whole loop, no broker, no database.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from nahida_workers.core.events import Event, ExecutionReceipt
+from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import Ledger, Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
+from nahida_workers.runtime.calls import CallJob, Execution, execute_call
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
 from nahida_workers.runtime.session import SessionOutcome, SessionRunner
@@ -32,6 +34,7 @@ __all__ = [
     "FakeClock",
     "InlineResult",
     "ListTaskQueue",
+    "ThreadRemoteTools",
     "memory_runner",
     "run_inline",
     "scripted_spec",
@@ -101,7 +104,7 @@ def _provider_for(spec: SessionSpec) -> Provider:
 
 def memory_runner(
     *,
-    ledger: Ledger | None = None,
+    ledger: Ledger[Any] | None = None,
     clock: FakeClock | None = None,
     executor: ToolExecutor | None = None,
     provider_for: Callable[[SessionSpec], Provider] | None = None,
@@ -152,3 +155,54 @@ def run_inline(
         events=runner.ledger.events(run.run_id),
         receipts=runner.ledger.receipts(run.run_id),
     )
+
+
+class ThreadRemoteTools:
+    """The ``tools`` queue twin: calls run on their own threads, like a tool worker.
+
+    ``delay_s`` holds a result back (a slow or late worker); ``epoch_override``
+    reports a different executor epoch (a result from an older epoch).
+    """
+
+    def __init__(self, registry: ToolRegistry, now: Callable[[], datetime]) -> None:
+        self.registry = registry
+        self.now = now
+        self.revoked: list[str] = []
+        self.submitted: list[str] = []
+        self.delay_s: dict[str, float] = {}
+        self.epoch_override: dict[str, int] = {}
+        self._results: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, call: ToolCall, job: CallJob, *, task_id: str, executor_epoch: int) -> None:
+        """Start the call on a new thread."""
+        from concurrent.futures import Future
+
+        future: Future[tuple[int, Execution]] = Future()
+        self.submitted.append(task_id)
+
+        def work() -> None:
+            execution = execute_call(self.registry, call, job, self.now)
+            delay = self.delay_s.get(call.call_id, 0.0)
+            if delay:
+                threading.Event().wait(delay)
+            future.set_result((self.epoch_override.get(call.call_id, executor_epoch), execution))
+
+        with self._lock:
+            self._results[task_id] = future
+        threading.Thread(target=work, daemon=True).start()
+
+    def wait(self, task_id: str, timeout_s: float) -> tuple[int, Execution] | None:
+        """The result within ``timeout_s`` or None."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        with self._lock:
+            future = self._results[task_id]
+        try:
+            return future.result(timeout=max(timeout_s, 0.0))  # type: ignore[no-any-return]
+        except FutureTimeout:
+            return None
+
+    def revoke(self, task_ids: Sequence[str]) -> None:
+        """Record the revoke (the thread runs to its end, like a started task)."""
+        self.revoked.extend(task_ids)

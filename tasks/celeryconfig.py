@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Queue
+from kombu.entity import Queue
 
 from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
 

@@ -1,16 +1,26 @@
-"""Which tool executor a session worker uses (issue 3 adds the fan-out ones)."""
+"""The tool executor of a session worker process (issue 3)."""
 
 from __future__ import annotations
 
 from celery import Celery
 
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.executor import ToolExecutor
+from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.settings import Settings
 
 __all__ = ["executor_for"]
 
 
 def executor_for(app: Celery, settings: Settings) -> ToolExecutor:
-    """The executor for this worker process."""
-    return InlineExecutor(SystemClock().now)
+    """Fan-out executor: remote calls on the ``tools`` queue unless disabled.
+
+    With ``remote_tools`` off (the embedded mode, where one process serves
+    every queue) ``remote`` placement runs in the local pool instead.
+    """
+    from tasks.tools import CeleryRemoteTools
+
+    remote = CeleryRemoteTools(app) if settings.remote_tools else None
+    return FanOutExecutor(
+        now=SystemClock().now, local_threads=settings.local_tool_threads, remote=remote
+    )

@@ -48,7 +48,7 @@ def batch_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def batches_table(ledger: Ledger) -> Table:
+def batches_table(ledger: Ledger[Any]) -> Table:
     """Every batch with its session counts by status."""
     table = Table(title="batches")
     for column in ("batch", "job", "created", "sessions", "done"):

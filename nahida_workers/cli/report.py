@@ -17,7 +17,7 @@ from nahida_workers.ports import Ledger
 __all__ = ["batch_report", "session_row"]
 
 
-def session_row(ledger: Ledger, session: SessionRecord) -> dict[str, Any]:
+def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
     """Everything the batch table and the JSON report show for one session."""
     runs = ledger.runs_of(session.session_id)
     run = runs[-1] if runs else None
@@ -70,7 +70,7 @@ def session_row(ledger: Ledger, session: SessionRecord) -> dict[str, Any]:
 
 
 def batch_report(
-    ledger: Ledger, batch_id: str, *, started_at: datetime | None = None
+    ledger: Ledger[Any], batch_id: str, *, started_at: datetime | None = None
 ) -> dict[str, Any]:
     """The JSON report of a batch: sessions in dispatch order plus a summary."""
     batch = ledger.get_batch(batch_id)

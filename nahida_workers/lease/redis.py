@@ -40,7 +40,7 @@ class RedisLeaseStore:
         key_prefix: prepended to ``lease:session:{id}`` (tests isolate with it).
     """
 
-    def __init__(self, client: redis.Redis[Any] | Any, *, key_prefix: str = "") -> None:
+    def __init__(self, client: redis.Redis | Any, *, key_prefix: str = "") -> None:
         self._client = client
         self._prefix = key_prefix
         self._renew = client.register_script(_RENEW)

@@ -119,7 +119,7 @@ def check_append(facts: RunFacts, events: Sequence[Event]) -> None:
                 raise DuplicateResultError(
                     f"run {run_id}: call {event.call_id} already has a result"
                 )
-            results.add(event.call_id)  # type: ignore[arg-type]
+            results.add(event.call_id)
         elif event.type is EventType.TERMINAL:
             sealed = True
 

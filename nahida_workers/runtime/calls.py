@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from nahida_workers.core.events import (
     EvidenceKind,
@@ -27,7 +28,36 @@ from nahida_workers.core.messages import ToolCall
 from nahida_workers.tools.base import ToolContext, ToolRegistry
 from nahida_workers.tools.runner import run_tool
 
-__all__ = ["CallJob", "Execution", "execute_call", "idempotency_key", "not_run"]
+__all__ = [
+    "CallJob",
+    "Execution",
+    "ExecutorEpoch",
+    "execute_call",
+    "execution_from_json",
+    "execution_to_json",
+    "idempotency_key",
+    "not_run",
+]
+
+
+class ExecutorEpoch:
+    """A counter bumped whenever in-flight calls must no longer count."""
+
+    def __init__(self) -> None:
+        self._value = 0
+        self._lock = threading.Lock()
+
+    @property
+    def value(self) -> int:
+        """The current epoch."""
+        with self._lock:
+            return self._value
+
+    def bump(self) -> int:
+        """Move to a new epoch; returns it."""
+        with self._lock:
+            self._value += 1
+            return self._value
 
 
 @dataclass(frozen=True)
@@ -40,6 +70,12 @@ class CallJob:
         epoch: the session's fencing epoch of the owner that started the call.
         max_output_bytes: cap on a result the model sees, in bytes.
         cancel: set to ask running tools to stop.
+        session_id: the session (remote tool workers check its fencing epoch).
+        tools: tool names of the session (a remote worker builds the same registry).
+        bash_timeout_s: the session's Bash timeout, in seconds.
+        should_abort: polled while a batch is gathered; True (cancel requested,
+            lease lost) bumps the executor epoch and aborts what is outstanding.
+        executor_epoch: this delivery's executor epoch (one per run owner).
     """
 
     run_id: str
@@ -47,6 +83,11 @@ class CallJob:
     epoch: int
     max_output_bytes: int = 64 * 1024
     cancel: threading.Event = field(default_factory=threading.Event)
+    session_id: str = ""
+    tools: tuple[str, ...] = ()
+    bash_timeout_s: float = 120.0
+    should_abort: Callable[[], bool] = field(default=lambda: False)
+    executor_epoch: ExecutorEpoch = field(default_factory=lambda: ExecutorEpoch())
 
 
 @dataclass(frozen=True)
@@ -71,8 +112,12 @@ def not_run(
     code: str,
     at: datetime,
     evidence_kind: EvidenceKind = EvidenceKind.NONE,
+    evidence: dict[str, Any] | None = None,
 ) -> Execution:
-    """An execution for a call that did not (or did not finish to) run."""
+    """An execution for a call that did not (or did not finish to) run.
+
+    ``code`` goes into the receipt evidence as ``error_code``, with ``evidence``.
+    """
     receipt = ExecutionReceipt(
         run_id=job.run_id,
         call_id=call.call_id,
@@ -81,7 +126,7 @@ def not_run(
         started_at=at,
         finished_at=at,
         input_fingerprint=input_fingerprint(call.arguments),
-        evidence={"error_code": code},
+        evidence={"error_code": code, **(evidence or {})},
         evidence_kind=evidence_kind,
         verification_status=VerificationStatus.NOT_APPLICABLE,
         idempotency_key=idempotency_key(job.run_id, call.call_id),
@@ -149,3 +194,31 @@ def execute_call(
     )
     result = CallResult(call.call_id, call.name, outcome.status, outcome.content, kind.value)
     return Execution(result, receipt)
+
+
+def execution_to_json(execution: Execution) -> dict[str, Any]:
+    """A JSON-safe mapping of an execution (the remote tool task's return value)."""
+    r = execution.result
+    return {
+        "result": {
+            "call_id": r.call_id,
+            "name": r.name,
+            "status": r.status.value,
+            "content": r.content,
+            "evidence_kind": r.evidence_kind,
+        },
+        "receipt": execution.receipt.model_dump(mode="json"),
+    }
+
+
+def execution_from_json(data: dict[str, Any]) -> Execution:
+    """Inverse of :func:`execution_to_json`.
+
+    Raises:
+        pydantic.ValidationError / KeyError: the mapping is not an execution.
+    """
+    r = data["result"]
+    result = CallResult(
+        r["call_id"], r["name"], ToolStatus(r["status"]), r["content"], r["evidence_kind"]
+    )
+    return Execution(result, ExecutionReceipt.model_validate(data["receipt"]))

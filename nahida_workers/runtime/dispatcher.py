@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nahida_workers.core.events import Event, EventType, SessionStatus
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
@@ -40,7 +41,7 @@ def new_id() -> str:
 class Dispatcher:
     """Creates sessions and publishes their tasks through the outbox."""
 
-    ledger: Ledger
+    ledger: Ledger[Any]
     queue: TaskQueue
     clock: Clock
     ids: Callable[[], str] = field(default=new_id)

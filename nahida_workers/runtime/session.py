@@ -18,11 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from nahida_workers.core.events import (
     Event,
@@ -68,6 +70,9 @@ __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two reads of the cancel flag while tools are outstanding.
+CANCEL_POLL_S = 1.0
+
 
 class SessionOutcome(StrEnum):
     """What one ``run_session`` delivery did."""
@@ -96,7 +101,7 @@ class SessionRunner:
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
     """
 
-    ledger: Ledger
+    ledger: Ledger[Any]
     leases: LeaseStore
     clock: Clock
     provider_for: Callable[[SessionSpec], Provider]
@@ -147,6 +152,8 @@ class _Owned:
         self.fence = fence
         self.heartbeat = heartbeat
         self.spec = SessionSpec.model_validate(session.config)
+        self._cancel_checked_at = 0.0
+        self._cancel_seen = False
 
     # -- commits -----------------------------------------------------------------
     def commit(
@@ -225,6 +232,10 @@ class _Owned:
             workspace=Path(self.session.workspace).resolve(),
             epoch=self.fence.epoch,
             max_output_bytes=self.spec.limits.tool_output_max_bytes,
+            session_id=self.session.session_id,
+            tools=tuple(self.spec.tools),
+            bash_timeout_s=self.spec.limits.bash_timeout_s,
+            should_abort=self._should_abort,
         )
         while True:
             self.heartbeat.check()
@@ -277,6 +288,20 @@ class _Owned:
     def _cancel_requested(self) -> bool:
         session = self.r.ledger.get_session(self.session.session_id)
         return session is not None and session.cancel_requested_at is not None
+
+    def _should_abort(self) -> bool:
+        """Polled while a batch is outstanding: lease lost, or cancel requested.
+
+        The cancel flag is a ledger read; it is taken at most every
+        ``CANCEL_POLL_S`` seconds so a long batch costs a handful of queries.
+        """
+        if self.heartbeat.lost:
+            return True
+        now = time.monotonic()
+        if now - self._cancel_checked_at >= CANCEL_POLL_S:
+            self._cancel_checked_at = now
+            self._cancel_seen = self._cancel_requested()
+        return self._cancel_seen
 
 
 def _provider_failure(exc: ProviderError) -> Finish:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.ports import Clock, LeaseStore, Ledger
@@ -41,7 +42,7 @@ class Sweeper:
             (no lease, no status change) before it is dispatched again.
     """
 
-    ledger: Ledger
+    ledger: Ledger[Any]
     leases: LeaseStore
     dispatcher: Dispatcher
     clock: Clock

@@ -9,6 +9,7 @@ database_url      postgresql+psycopg://...       sqlite:///var/nahida.sqlite3
 broker_url        redis://.../0                  memory://
 result_backend    redis://.../1                  cache+memory://
 redis_url         redis://.../2                  fakeredis://
+remote_tools      true (``tools`` queue)         false (local thread pool)
 ================  =============================  ===========================
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +46,11 @@ __all__ = [
 ]
 
 #: Settings overrides that make the embedded mode (``{db}`` is the SQLite path).
-EMBEDDED_URLS = {
+EMBEDDED_URLS: dict[str, object] = {
     "broker_url": "memory://localhost/",
     "result_backend_url": "cache+memory://localhost/",
     "redis_url": "fakeredis://",
+    "remote_tools": False,
 }
 
 _fake_server_lock = threading.Lock()
@@ -86,31 +89,48 @@ def load_tool(path: str) -> Tool:
 
 
 def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
-    """The tools a session may use, with placement overrides applied.
+    """The tools a session may use, with placement overrides applied."""
+    return build_registry(
+        spec.tools, settings, placement=spec.placement, bash_timeout_s=spec.limits.bash_timeout_s
+    )
+
+
+def build_registry(
+    names: Sequence[str],
+    settings: Settings,
+    *,
+    placement: Mapping[str, str] | None = None,
+    bash_timeout_s: float = 120.0,
+) -> ToolRegistry:
+    """A registry of ``names``; a session worker and a tool worker build the same one.
 
     Built-in tools come from :func:`default_tools`; a name of the form
-    ``module:Class`` in ``spec.tools`` or ``settings.extra_tools`` loads a
-    plugin.  Placement: settings first, then the job spec (the more specific).
+    ``module:Class`` (or an entry of ``settings.extra_tools``) loads a plugin.
+    Placement: settings first, then the job spec (the more specific).
+
+    Raises:
+        ConfigError: an unknown tool name or a bad placement.
     """
-    tools: dict[str, Tool] = {
-        t.spec.name: t for t in default_tools(bash_timeout_s=spec.limits.bash_timeout_s)
-    }
+    tools: dict[str, Tool] = {t.spec.name: t for t in default_tools(bash_timeout_s=bash_timeout_s)}
     for path in settings.extra_tools:
         tool = load_tool(path)
         tools[tool.spec.name] = tool
     chosen: list[Tool] = []
-    for name in spec.tools:
-        tool = load_tool(name) if ":" in name else tools.get(name)
-        if tool is None:
+    for name in names:
+        found = load_tool(name) if ":" in name else tools.get(name)
+        if found is None:
             raise ConfigError(f"unknown tool {name!r}; known: {sorted(tools)}")
-        chosen.append(tool)
-    names = {t.spec.name for t in chosen}
-    placement = {
-        k: Placement(v)
-        for k, v in {**settings.tool_placement, **spec.placement}.items()
-        if k in names
-    }
-    return ToolRegistry(chosen, placement=placement)
+        chosen.append(found)
+    chosen_names = {t.spec.name for t in chosen}
+    try:
+        overrides = {
+            k: Placement(v)
+            for k, v in {**settings.tool_placement, **(placement or {})}.items()
+            if k in chosen_names
+        }
+    except ValueError as exc:
+        raise ConfigError(f"invalid placement: {exc}") from None
+    return ToolRegistry(chosen, placement=overrides)
 
 
 def provider_for(spec: SessionSpec) -> Provider:

@@ -1,0 +1,264 @@
+"""Fan-out: concurrency-safe calls in parallel, gathered in provider order.
+
+DESIGN.md section 3 step 4 and issue 3.  A parallel batch starts every call at
+once -- ``remote`` ones as tasks on the ``tools`` queue, ``local`` ones in a
+bounded thread pool inside the session worker -- and is gathered in provider
+order, whatever order the calls finish in.  An exclusive call runs alone,
+inline.  Both placements share one set of rules:
+
+* a call that does not answer within its tool's timeout (seconds, measured
+  from submission) gets a ``timed_out`` result and receipt; a remote task is
+  revoked, a local one is asked to stop through its cancel event;
+* the executor epoch: when the batch must be abandoned (cancel, lease lost,
+  provider fallback during a streaming pre-start) the epoch is bumped and
+  outstanding calls are revoked; any result produced for an older epoch
+  becomes an ``aborted`` result -- never committed as a success, never shown
+  to the model as one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Protocol
+
+from nahida_workers.core.events import ToolStatus
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.ordering import Batch
+from nahida_workers.core.payloads import ABORTED_TEXT
+from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
+from nahida_workers.tools.base import Placement, ToolRegistry
+
+__all__ = ["FanOutExecutor", "Pending", "RemoteTools", "remote_task_id"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between checks of ``should_abort`` while waiting for a batch.
+ABORT_POLL_S = 0.25
+
+
+class RemoteTools(Protocol):
+    """The ``tools`` queue as a port (Celery in production, threads in tests).
+
+    A remote execution returns ``(executor_epoch, Execution)``: the epoch it
+    was submitted under comes back with the result.
+    """
+
+    def submit(self, call: ToolCall, job: CallJob, *, task_id: str, executor_epoch: int) -> None:
+        """Publish one call."""
+        ...
+
+    def wait(self, task_id: str, timeout_s: float) -> tuple[int, Execution] | None:
+        """The result, or None if it is not there within ``timeout_s`` seconds."""
+        ...
+
+    def revoke(self, task_ids: Sequence[str]) -> None:
+        """Ask workers to drop these tasks (best effort)."""
+        ...
+
+
+def remote_task_id(job: CallJob, call_id: str, executor_epoch: int) -> str:
+    """Task id of a fanned-out call: run, call, fencing epoch, executor epoch."""
+    return f"tool-{job.run_id}-{call_id}-f{job.epoch}-x{executor_epoch}"
+
+
+@dataclass
+class _Slot:
+    call: ToolCall
+    job: CallJob
+    placement: Placement
+    executor_epoch: int
+    deadline: float
+    timeout_s: float
+    cancel: threading.Event
+    future: Future[Execution] | None = None
+    task_id: str | None = None
+    execution: Execution | None = None
+
+
+@dataclass
+class Pending:
+    """Calls started and not yet gathered, in provider order."""
+
+    slots: list[_Slot] = field(default_factory=list)
+
+    @property
+    def call_ids(self) -> list[str]:
+        """Ids of the started calls, in order."""
+        return [s.call.call_id for s in self.slots]
+
+
+class FanOutExecutor:
+    """Runs batches: exclusive calls inline, parallel batches fanned out.
+
+    Args:
+        now: UTC timestamps for receipts.
+        local_threads: size of the session worker's local pool.
+        remote: the ``tools`` queue; None makes ``remote`` placement run locally
+            (the embedded mode, where one process serves every queue).
+        monotonic: seconds, for deadlines (tests may pass a fake).
+    """
+
+    def __init__(
+        self,
+        *,
+        now: Callable[[], datetime],
+        local_threads: int = 8,
+        remote: RemoteTools | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._now = now
+        self._pool = ThreadPoolExecutor(max_workers=local_threads, thread_name_prefix="tool")
+        self._remote = remote
+        self._monotonic = monotonic
+
+    def close(self) -> None:
+        """Stop the local pool (running calls finish first)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- the ToolExecutor protocol -------------------------------------------------
+    def run_batch(self, batch: Batch, job: CallJob, registry: ToolRegistry) -> list[Execution]:
+        """Execute ``batch`` and gather its executions in provider order."""
+        if not batch.parallel:
+            return [execute_call(registry, call, job, self._now) for call in batch.calls]
+        return self.gather(self.start(batch.calls, job, registry), job)
+
+    # -- fan-out ---------------------------------------------------------------------
+    def start(self, calls: Sequence[ToolCall], job: CallJob, registry: ToolRegistry) -> Pending:
+        """Start fan-out-capable ``calls`` now (also used by streaming pre-start)."""
+        pending = Pending()
+        epoch = job.executor_epoch.value
+        started = self._monotonic()
+        for call in calls:
+            tool = registry.get(call.name)
+            placement = registry.placement_of(call.name)
+            if tool is None or placement is None:
+                raise ValueError(f"{call.name} cannot fan out")  # plan_batches never does this
+            timeout_s = tool.spec.timeout_s
+            slot = _Slot(
+                call, job, placement, epoch, started + timeout_s, timeout_s, threading.Event()
+            )
+            if placement is Placement.REMOTE and self._remote is not None:
+                slot.task_id = remote_task_id(job, call.call_id, epoch)
+                self._remote.submit(call, job, task_id=slot.task_id, executor_epoch=epoch)
+            else:
+                call_job = replace(job, cancel=slot.cancel)
+                slot.future = self._pool.submit(execute_call, registry, call, call_job, self._now)
+            pending.slots.append(slot)
+        return pending
+
+    def gather(self, pending: Pending, job: CallJob) -> list[Execution]:
+        """Wait for every started call, in provider order; never raises for a tool."""
+        out: list[Execution] = []
+        for index, slot in enumerate(pending.slots):
+            while slot.execution is None:
+                if job.should_abort() or job.cancel.is_set():
+                    self.abort(pending.slots[index:])
+                    break
+                remaining = slot.deadline - self._monotonic()
+                if remaining <= 0:
+                    self._time_out(slot)
+                    break
+                self._poll(slot, min(remaining, ABORT_POLL_S))
+            assert slot.execution is not None
+            out.append(slot.execution)
+        return out
+
+    def abort(self, slots: Sequence[_Slot]) -> None:
+        """Bump the executor epoch; revoke or cancel every slot still running.
+
+        Results that already arrived keep their value (they came in the
+        current epoch); everything still outstanding becomes ``aborted``.
+        """
+        for slot in slots:
+            if slot.execution is None:
+                self._poll(slot, 0.0)
+        for job in {id(s.job): s.job for s in slots}.values():
+            job.executor_epoch.bump()
+        outstanding = [s for s in slots if s.execution is None]
+        for slot in outstanding:
+            slot.cancel.set()
+        task_ids = [s.task_id for s in outstanding if s.task_id is not None]
+        if task_ids and self._remote is not None:
+            self._remote.revoke(task_ids)
+        for slot in outstanding:
+            self._settle(slot, None)
+
+    def discard(self, pending: Pending, keep: Callable[[ToolCall], bool]) -> Pending:
+        """Split off pre-started calls the committed turn does not hold (aborting them)."""
+        kept = [s for s in pending.slots if keep(s.call)]
+        dropped = [s for s in pending.slots if not keep(s.call)]
+        if dropped:
+            self.abort(dropped)
+        return Pending(kept)
+
+    # -- internals --------------------------------------------------------------------
+    def _poll(self, slot: _Slot, wait_s: float) -> None:
+        if slot.future is not None:
+            try:
+                execution = slot.future.result(timeout=wait_s)
+            except FutureTimeout:
+                return
+            except Exception as exc:  # execute_call never raises; a pool failure might
+                execution = self._failed(slot, exc)
+            self._settle(slot, (slot.executor_epoch, execution))
+            return
+        assert self._remote is not None and slot.task_id is not None
+        try:
+            got = self._remote.wait(slot.task_id, wait_s)
+        except Exception as exc:  # the tool worker raised, or the backend failed
+            got = (slot.executor_epoch, self._failed(slot, exc))
+        if got is not None:
+            self._settle(slot, got)
+
+    def _settle(self, slot: _Slot, got: tuple[int, Execution] | None) -> None:
+        """Record a slot's execution; anything from an older epoch is aborted."""
+        current = slot.job.executor_epoch.value
+        if got is not None and got[0] == current:
+            slot.execution = got[1]
+            return
+        if got is not None:
+            log.info(
+                "call %s: result of executor epoch %d arrived in epoch %d; aborted",
+                slot.call.call_id,
+                got[0],
+                current,
+            )
+        slot.execution = not_run(
+            slot.call,
+            slot.job,
+            status=ToolStatus.ABORTED,
+            content=ABORTED_TEXT,
+            code="aborted",
+            at=self._now(),
+        )
+
+    def _time_out(self, slot: _Slot) -> None:
+        slot.cancel.set()
+        if slot.task_id is not None and self._remote is not None:
+            self._remote.revoke([slot.task_id])
+        slot.execution = not_run(
+            slot.call,
+            slot.job,
+            status=ToolStatus.TIMED_OUT,
+            content="tool timed out",
+            code="timed_out",
+            at=self._now(),
+            evidence={"timeout_s": slot.timeout_s},
+        )
+
+    def _failed(self, slot: _Slot, exc: BaseException) -> Execution:
+        return not_run(
+            slot.call,
+            slot.job,
+            status=ToolStatus.ERROR,
+            content=f"{slot.call.name} failed in the tool pool: {type(exc).__name__}: {exc}"[:500],
+            code="tool_worker_error",
+            at=self._now(),
+        )

@@ -1,0 +1,127 @@
+"""Tools for tests, benchmarks and the chaos harness (not offered to models by default).
+
+Load them by import path in a job's ``tools`` list or in ``NAHIDA_EXTRA_TOOLS``,
+e.g. ``nahida_workers.testing_tools:Sleep``; tool workers import them the same
+way, so they work on the real ``tools`` queue too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from nahida_workers.core.events import EvidenceKind, ToolStatus
+from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome, ToolSpec
+
+__all__ = ["ExclusiveProbe", "Probe", "ProbeLog", "Sleep", "SleepLocal"]
+
+
+class Sleep(Tool):
+    """Read-only, concurrency-safe: sleeps ``ms`` milliseconds (remote placement)."""
+
+    spec = ToolSpec(
+        name="Sleep",
+        description="Wait for ms milliseconds and report it.",
+        input_schema={
+            "type": "object",
+            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": 600000}},
+            "required": ["ms"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        concurrency_safe=True,
+        idempotent=True,
+        evidence_kind=EvidenceKind.OBSERVE,
+        timeout_s=30.0,
+        placement=Placement.REMOTE,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Sleep (interruptible by ``ctx.cancel``)."""
+        ms = int(arguments["ms"])
+        if ctx.cancel.wait(ms / 1000.0):
+            return ToolOutcome(ToolStatus.CANCELLED, "cancelled", {"ms": ms})
+        return ToolOutcome(ToolStatus.OK, f"slept {ms} ms", {"ms": ms})
+
+
+class SleepLocal(Sleep):
+    """:class:`Sleep` that declares ``local`` placement."""
+
+    spec = replace(Sleep.spec, name="SleepLocal", placement=Placement.LOCAL)
+
+
+@dataclass
+class ProbeLog:
+    """Start/end times (monotonic seconds) of every probe execution, shared by a test."""
+
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    barriers: dict[int, threading.Barrier] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def barrier(self, batch: int, parties: int) -> threading.Barrier:
+        """The barrier all calls of one parallel batch meet at."""
+        with self.lock:
+            if batch not in self.barriers:
+                self.barriers[batch] = threading.Barrier(parties, timeout=10)
+            return self.barriers[batch]
+
+
+class Probe(Tool):
+    """Read-only, concurrency-safe probe: meets its batch at a barrier, then sleeps.
+
+    Arguments: ``batch`` and ``parties`` (the barrier), ``ms`` (then sleep).
+    The barrier only opens when every call of the batch runs at the same time,
+    so a sequential executor makes it fail -- overlap is proven, not assumed.
+    """
+
+    log: ClassVar[ProbeLog] = ProbeLog()
+    spec = ToolSpec(
+        name="Probe",
+        description="test probe",
+        input_schema={"type": "object"},
+        read_only=True,
+        concurrency_safe=True,
+        idempotent=True,
+        evidence_kind=EvidenceKind.OBSERVE,
+        timeout_s=30.0,
+        placement=Placement.LOCAL,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Record the interval; wait at the batch barrier; sleep ``ms``."""
+        log = type(self).log
+        start = time.monotonic()
+        try:
+            log.barrier(int(arguments["batch"]), int(arguments["parties"])).wait()
+            time.sleep(int(arguments.get("ms", 0)) / 1000.0)
+        except threading.BrokenBarrierError:
+            return ToolOutcome(ToolStatus.ERROR, "batch did not run in parallel", {})
+        finally:
+            with log.lock:
+                log.intervals[ctx.call_id] = (start, time.monotonic())
+        return ToolOutcome(ToolStatus.OK, f"probe {ctx.call_id}", {})
+
+
+class ExclusiveProbe(Tool):
+    """Exclusive probe: records its interval (tests check nothing overlaps it)."""
+
+    log: ClassVar[ProbeLog] = Probe.log
+    spec = ToolSpec(
+        name="ExclusiveProbe",
+        description="test probe (exclusive)",
+        input_schema={"type": "object"},
+        evidence_kind=EvidenceKind.MUTATE,
+        timeout_s=30.0,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Record the interval."""
+        log = type(self).log
+        start = time.monotonic()
+        time.sleep(int(arguments.get("ms", 0)) / 1000.0)
+        with log.lock:
+            log.intervals[ctx.call_id] = (start, time.monotonic())
+        return ToolOutcome(ToolStatus.OK, f"exclusive {ctx.call_id}", {})
