@@ -109,7 +109,15 @@ class Provider(Protocol):
 
 
 class LedgerTx(Protocol):
-    """An open ledger transaction (opaque; pass it to ledger write methods)."""
+    """An open ledger transaction; pass it to ledger write methods.
+
+    Attributes:
+        cancel_requested: after :meth:`Ledger.lock_session`, whether the
+            session's cancel flag was set (read under the same row lock, so a
+            fenced writer learns of a cancel at every commit for free).
+    """
+
+    cancel_requested: bool
 
 
 TxT = TypeVar("TxT")
@@ -132,8 +140,13 @@ class Ledger(Protocol[TxT]):
     ``DuplicateResultError``, ``EventAfterTerminalError``, ``StaleEpochError``.
     """
 
-    def transaction(self, *, fence: Fence | None = None) -> AbstractContextManager[TxT]:
+    def transaction(
+        self, *, fence: Fence | None = None, run_id: str | None = None
+    ) -> AbstractContextManager[TxT]:
         """Open a transaction; with ``fence``, lock and check it first.
+
+        ``run_id`` (optional) names the run the transaction writes, so an
+        adapter may fetch the lock and the run's facts in one round trip.
 
         Raises:
             StaleEpochError: the fence's epoch is not the session's current one.
@@ -160,6 +173,12 @@ class Ledger(Protocol[TxT]):
 
     def create_run(self, tx: TxT, run: RunRecord) -> None:
         """Insert a run row."""
+        ...
+
+    def append(
+        self, tx: TxT, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
+    ) -> None:
+        """Events then their receipts, checked and written as one commit point."""
         ...
 
     def append_events(self, tx: TxT, events: Sequence[Event]) -> None:

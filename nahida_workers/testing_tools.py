@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome, ToolSpec
 
-__all__ = ["ExclusiveProbe", "Probe", "ProbeLog", "Sleep", "SleepLocal"]
+__all__ = ["ExclusiveProbe", "Noop", "Probe", "ProbeLog", "Sleep", "SleepLocal"]
 
 
 class Sleep(Tool):
@@ -125,3 +125,23 @@ class ExclusiveProbe(Tool):
         with log.lock:
             log.intervals[ctx.call_id] = (start, time.monotonic())
         return ToolOutcome(ToolStatus.OK, f"exclusive {ctx.call_id}", {})
+
+
+class Noop(Tool):
+    """Does nothing and says so: the zero-cost tool of the loop benchmark."""
+
+    spec = ToolSpec(
+        name="Noop",
+        description="no-op",
+        input_schema={"type": "object"},
+        read_only=True,
+        concurrency_safe=True,
+        idempotent=True,
+        evidence_kind=EvidenceKind.OBSERVE,
+        timeout_s=10.0,
+        placement=Placement.LOCAL,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Return at once."""
+        return ToolOutcome(ToolStatus.OK, "ok", {"noop": True})

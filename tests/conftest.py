@@ -109,11 +109,19 @@ def sqlite_ledger(tmp_path: Path) -> Iterator[SqlLedger]:
     engine.dispose()
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "postgres-prefetch"])
 def ledger(request: pytest.FixtureRequest) -> object:
-    """Every ledger adapter: the contract suite runs against each."""
+    """Every ledger adapter: the contract suite runs against each.
+
+    ``postgres-prefetch`` is PostgreSQL with the run_id hint the runtime passes
+    on every commit point (lock and facts in one round trip).
+    """
     if request.param == "memory":
         return MemoryLedger()
+    if request.param == "postgres-prefetch":
+        ledger = request.getfixturevalue("postgres_ledger")
+        ledger.prefetch_hint = True  # type: ignore[attr-defined]
+        return ledger
     return request.getfixturevalue(f"{request.param}_ledger")
 
 

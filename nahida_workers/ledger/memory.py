@@ -40,6 +40,7 @@ class MemoryTx:
 
     def __init__(self) -> None:
         self.fence: Fence | None = None
+        self.cancel_requested = False
         self.undo: list[Callable[[], None]] = []
 
 
@@ -66,8 +67,10 @@ class MemoryLedger:
 
     # -- transactions ----------------------------------------------------------
     @contextmanager
-    def transaction(self, *, fence: Fence | None = None) -> Iterator[MemoryTx]:
-        """Open a transaction; with ``fence`` check it first.
+    def transaction(
+        self, *, fence: Fence | None = None, run_id: str | None = None
+    ) -> Iterator[MemoryTx]:
+        """Open a transaction; with ``fence`` check it first (``run_id`` is a hint).
 
         ``commit_hook`` (tests) runs just before commit; if it raises, the
         transaction rolls back and the error propagates.
@@ -96,6 +99,7 @@ class MemoryLedger:
                 f"(current {session.lease_epoch})"
             )
         tx.fence = Fence(session_id, epoch)
+        tx.cancel_requested = session.cancel_requested_at is not None
 
     def _require_fence(self, tx: MemoryTx, run_id: str) -> Fence:
         if tx.fence is None:
@@ -158,6 +162,13 @@ class MemoryLedger:
         if run.run_id in self._runs:
             raise LedgerIntegrityError(f"run {run.run_id} exists")
         self._put(tx, self._runs, run.run_id, run)  # type: ignore[arg-type]
+
+    def append(
+        self, tx: MemoryTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
+    ) -> None:
+        """Events, then their receipts, as one write (a commit point)."""
+        self.append_events(tx, events)
+        self.put_receipts(tx, receipts)
 
     def append_events(self, tx: MemoryTx, events: Sequence[Event]) -> None:
         """Append events under the transaction's fence (rules in ``rules.py``)."""

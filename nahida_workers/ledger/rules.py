@@ -32,6 +32,7 @@ __all__ = [
     "cap_payload",
     "check_append",
     "check_receipts",
+    "record_events",
     "redact",
 ]
 
@@ -59,6 +60,10 @@ class RunFacts:
         calls: call ids with a committed ``tool_call``.
         results: call ids with a committed ``tool_result``.
         receipts: call ids with a committed receipt.
+        partial: the call sets hold only calls still missing a result or a
+            receipt (the PostgreSQL prefetch); a call id absent from them may be
+            closed rather than uncommitted, so the adapter re-checks a refusal
+            against exact facts before raising it.
     """
 
     max_sequence: int = 0
@@ -66,6 +71,34 @@ class RunFacts:
     calls: set[str] = field(default_factory=set)
     results: set[str] = field(default_factory=set)
     receipts: set[str] = field(default_factory=set)
+    partial: bool = False
+
+    def copy(self) -> RunFacts:
+        """An independent copy (sets copied, not shared)."""
+        return RunFacts(
+            self.max_sequence,
+            self.has_terminal,
+            set(self.calls),
+            set(self.results),
+            set(self.receipts),
+            self.partial,
+        )
+
+    def open_only(self) -> RunFacts:
+        """The facts with closed calls (result and receipt committed) left out.
+
+        What an owner carries between commit points: the set stays as small as
+        the calls in flight; a refusal made on it is re-checked exactly.
+        """
+        closed = self.results & self.receipts
+        return RunFacts(
+            self.max_sequence,
+            self.has_terminal,
+            self.calls - closed,
+            self.results - closed,
+            self.receipts - closed,
+            partial=True,
+        )
 
 
 def check_append(facts: RunFacts, events: Sequence[Event]) -> None:
@@ -144,6 +177,18 @@ def check_receipts(facts: RunFacts, receipts: Sequence[ExecutionReceipt]) -> Non
                 f"run {receipt.run_id}: call {receipt.call_id} already has a receipt"
             )
         seen.add(receipt.call_id)
+
+
+def record_events(facts: RunFacts, events: Sequence[Event]) -> None:
+    """Update ``facts`` with events just written (after :func:`check_append`)."""
+    for event in events:
+        facts.max_sequence = max(facts.max_sequence, event.sequence)
+        if event.type is EventType.TOOL_CALL and event.call_id:
+            facts.calls.add(event.call_id)
+        elif event.type is EventType.TOOL_RESULT and event.call_id:
+            facts.results.add(event.call_id)
+        elif event.type is EventType.TERMINAL:
+            facts.has_terminal = True
 
 
 def call_ids(events: Iterable[Event]) -> list[str]:

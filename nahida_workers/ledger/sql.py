@@ -11,12 +11,23 @@ with ``BEGIN IMMEDIATE`` instead of row locks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -43,18 +54,23 @@ from nahida_workers.errors import (
     StaleEpochError,
 )
 from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch
 from nahida_workers.ledger.rules import (
     RunFacts,
     call_ids,
     cap_payload,
     check_append,
     check_receipts,
+    record_events,
 )
+from nahida_workers.ledger.sql_facts import exact_facts
 from nahida_workers.ports import Fence
 
 __all__ = ["SqlLedger", "SqlTx", "make_engine"]
 
 DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
+#: Owners whose run facts are carried between commit points (LRU bound).
+CARRIED_FACTS_MAX = 4096
 
 
 def make_engine(url: str, *, pool_size: int = 5) -> Engine:
@@ -62,7 +78,7 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
 
     SQLite: WAL, a 30 s busy timeout, connections shared across threads and
     ``BEGIN IMMEDIATE`` so writers serialise at the start of a transaction.
-    PostgreSQL: pre-ping so a restarted server costs one failed checkout.
+    PostgreSQL: a pool without pre-ping (see below).
     """
     if url.startswith("sqlite"):
         engine = create_engine(
@@ -82,10 +98,19 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Writers take the write lock up front; readers stay deferred so
+            # they never block a writer (WAL lets them read concurrently).
+            if conn.get_execution_options().get("ledger_read"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+    # No pre-ping: it costs a round trip per transaction.  A connection the
+    # server dropped fails its statement, SQLAlchemy invalidates the pool, and
+    # the caller sees LedgerUnavailableError (retryable); the next checkout
+    # connects afresh.
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -98,13 +123,45 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlTx:
-    """An open transaction: the connection and the fence it was opened with."""
+def _check_epoch(session_id: str, writer: int, current: int) -> None:
+    if writer != current:
+        raise StaleEpochError(
+            f"session {session_id}: writer epoch {writer} is stale (current {current})"
+        )
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+
+class SqlTx:
+    """An open transaction: its connection and the fence it was opened with.
+
+    ``pending`` is a fence not yet checked: on the PostgreSQL fast path the
+    write statement itself takes the row lock and checks the epoch.  A
+    *deferred* transaction has no connection yet: its appends are buffered and
+    sent at the end as ONE autocommit statement (a commit point in one round
+    trip); any other use of :attr:`conn` opens a real transaction first.
+    """
+
+    def __init__(
+        self, conn: Connection | None, *, materialize: Callable[[SqlTx], Connection] | None = None
+    ) -> None:
+        self._conn = conn
+        self._materialize = materialize
         self.fence: Fence | None = None
+        self.pending: Fence | None = None
+        self.cancel_requested = False  # read with the fence's row lock
+        self.facts: dict[str, RunFacts] = {}
+        self.known_ids: set[str] = set()
         self.runs: dict[str, str] = {}  # run_id -> session_id written or read in this tx
+        self.buffered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = (
+            [] if conn is None else None
+        )
+
+    @property
+    def conn(self) -> Connection:
+        """The connection (a deferred transaction becomes a real one here)."""
+        if self._conn is None:
+            assert self._materialize is not None
+            self._conn = self._materialize(self)
+        return self._conn
 
 
 def _integrity(exc: IntegrityError) -> LedgerIntegrityError:
@@ -145,6 +202,16 @@ class SqlLedger:
         self.engine = engine
         self.payload_max_bytes = payload_max_bytes
         self._run_session: dict[str, str] = {}
+        self._carried: OrderedDict[Any, RunFacts] = OrderedDict()
+        self._carried_lock = threading.Lock()
+        self._pg = engine.dialect.name == "postgresql"
+        # Reads: autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips),
+        # deferred transactions on SQLite.
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self._pg
+            else engine.execution_options(ledger_read=True)
+        )
 
     def close(self) -> None:
         """Dispose of the connection pool."""
@@ -152,29 +219,111 @@ class SqlLedger:
 
     # -- transactions ----------------------------------------------------------
     @contextmanager
-    def transaction(self, *, fence: Fence | None = None) -> Iterator[SqlTx]:
+    def transaction(
+        self, *, fence: Fence | None = None, run_id: str | None = None
+    ) -> Iterator[SqlTx]:
         """Open a transaction; with ``fence`` lock the session row and check it.
+
+        ``run_id`` names the run the transaction writes (a commit point).  On
+        PostgreSQL the fence is then checked by the write statement itself,
+        against the run's facts carried from this owner's previous commit
+        point (:mod:`~nahida_workers.ledger.pg_commit`): a commit point that
+        only appends costs one round trip, and a stale fence is refused at the
+        end of the block with nothing written.  Without ``run_id`` (or on
+        SQLite) the fence is checked on entry.
 
         Raises:
             StaleEpochError: the fence is stale.
             LedgerIntegrityError: a write broke a ledger rule (rolled back).
             LedgerUnavailableError: the database went away or the commit failed.
         """
+        carry_key = (fence.session_id, fence.epoch, run_id) if fence and run_id else None
+        fast = carry_key is not None and self._pg
+        carried = self._carried_facts(carry_key) if fast else None
         try:
-            with self.engine.begin() as conn:
-                tx = SqlTx(conn)
-                if fence is not None:
-                    self.lock_session(tx, fence.session_id, fence.epoch)
-                yield tx
+            if carried is not None:
+                assert fence is not None and run_id is not None
+                with ExitStack() as stack:
+                    tx = SqlTx(None, materialize=lambda tx: self._materialize(tx, stack))
+                    tx.pending = fence
+                    tx.facts[run_id] = carried
+                    tx.runs[run_id] = fence.session_id
+                    yield tx
+                    if tx.buffered is not None:
+                        self._send_buffered(tx, self._autocommit_connection(stack))
+            else:
+                with self.engine.begin() as conn:
+                    tx = SqlTx(conn)
+                    if fast:
+                        assert fence is not None and run_id is not None
+                        self._lock_and_prefetch(tx, fence, run_id)
+                    elif fence is not None:
+                        self.lock_session(tx, fence.session_id, fence.epoch)
+                    yield tx
             # Only committed runs enter the process-wide cache: a rolled-back
             # run must stay unknown.
             self._run_session.update(tx.runs)
-        except IntegrityError as exc:
-            raise _integrity(exc) from None
-        except (OperationalError, DBAPIError) as exc:
-            raise LedgerUnavailableError(
-                f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
-            ) from exc
+            if fast and tx.fence is not None:
+                self._carry(carry_key, tx.facts.get(run_id or ""))
+        except BaseException as exc:
+            if fast:
+                self._carry(carry_key, None)
+            if isinstance(exc, IntegrityError):
+                raise _integrity(exc) from None
+            if isinstance(exc, OperationalError | DBAPIError):
+                raise LedgerUnavailableError(
+                    f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
+                ) from exc
+            raise
+
+    def _autocommit_connection(self, stack: ExitStack) -> Connection:
+        return stack.enter_context(self._reader.connect())
+
+    def _materialize(self, tx: SqlTx, stack: ExitStack) -> Connection:
+        """Turn a deferred transaction into a real one; send what it buffered."""
+        conn = stack.enter_context(self.engine.begin())
+        tx._conn = conn
+        self._send_buffered(tx, conn)
+        return conn
+
+    def _send_buffered(self, tx: SqlTx, conn: Connection) -> None:
+        """Write the buffered appends in one fenced statement."""
+        buffered, tx.buffered = tx.buffered or [], None
+        if not buffered:
+            return
+        fence = tx.fence or tx.pending
+        assert fence is not None
+        events = [row for rows, _ in buffered for row in rows]
+        receipts = [row for _, rows in buffered for row in rows]
+        written = fenced_insert(conn, fence.session_id, fence.epoch, events, receipts)
+        if written is None:
+            raise NotFoundError(f"no session {fence.session_id}")
+        _check_epoch(fence.session_id, fence.epoch, written.epoch)
+        tx.fence, tx.pending = fence, None
+        tx.cancel_requested = written.cancel_requested
+
+    def _carried_facts(self, key: Any) -> RunFacts | None:
+        with self._carried_lock:
+            facts = self._carried.get(key)
+            return None if facts is None else facts.copy()
+
+    def _carry(self, key: Any, facts: RunFacts | None) -> None:
+        """Keep (or with None, forget) an owner's facts for its next commit point."""
+        with self._carried_lock:
+            self._carried.pop(key, None)
+            if facts is not None and not facts.has_terminal:
+                self._carried[key] = facts.open_only()
+                while len(self._carried) > CARRIED_FACTS_MAX:
+                    self._carried.popitem(last=False)
+
+    def _lock_and_prefetch(self, tx: SqlTx, fence: Fence, run_id: str) -> None:
+        locked = lock_and_prefetch(tx.conn, fence.session_id, run_id)
+        if locked is None:
+            raise NotFoundError(f"no session {fence.session_id}")
+        _check_epoch(fence.session_id, fence.epoch, locked.epoch)
+        tx.fence = fence
+        tx.cancel_requested = locked.cancel_requested
+        tx.facts[run_id] = locked.facts
 
     def lock_session(self, tx: SqlTx, session_id: str, epoch: int) -> None:
         """Lock the session row and check that ``epoch`` is its current epoch.
@@ -184,20 +333,29 @@ class SqlLedger:
             StaleEpochError: another owner bumped the epoch.
         """
         row = tx.conn.execute(
-            select(t.sessions.c.lease_epoch)
+            select(t.sessions.c.lease_epoch, t.sessions.c.cancel_requested_at)
             .where(t.sessions.c.session_id == session_id)
             .with_for_update()
         ).first()
         if row is None:
             raise NotFoundError(f"no session {session_id}")
-        if row.lease_epoch != epoch:
-            raise StaleEpochError(
-                f"session {session_id}: writer epoch {epoch} is stale (current {row.lease_epoch})"
-            )
+        _check_epoch(session_id, epoch, row.lease_epoch)
         tx.fence = Fence(session_id, epoch)
+        tx.cancel_requested = row.cancel_requested_at is not None
 
-    def _require_fence(self, tx: SqlTx, run_id: str) -> Fence:
-        if tx.fence is None:
+    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+        """The fence a write to ``run_id`` runs under.
+
+        A pending fence (fast path) is checked here with a plain lock, unless
+        the write's own statement takes the lock (``locks_itself``).
+        """
+        if tx.pending is not None and not locks_itself:
+            tx.conn  # noqa: B018  (a deferred transaction flushes its appends here)
+            if tx.pending is not None:
+                pending, tx.pending = tx.pending, None
+                self.lock_session(tx, pending.session_id, pending.epoch)
+        fence = tx.fence or tx.pending
+        if fence is None:
             raise LedgerIntegrityError("event and receipt writes need a fenced transaction")
         session_id = self._run_session.get(run_id) or tx.runs.get(run_id)
         if session_id is None:
@@ -207,29 +365,45 @@ class SqlLedger:
             if session_id is None:
                 raise NotFoundError(f"no run {run_id}")
             tx.runs[run_id] = session_id
-        if session_id != tx.fence.session_id:
+        if session_id != fence.session_id:
             raise LedgerIntegrityError(f"run {run_id} does not belong to the fenced session")
-        return tx.fence
+        return fence
 
-    def _facts(self, tx: SqlTx, run_id: str, ids: Sequence[str], *, receipts: bool) -> RunFacts:
-        ev = t.agent_run_events.c
-        head = tx.conn.execute(select(func.max(ev.sequence)).where(ev.run_id == run_id)).scalar()
-        terminal = tx.conn.execute(
-            select(ev.sequence).where(ev.run_id == run_id, ev.event_type == "terminal")
-        ).first()
-        facts = RunFacts(max_sequence=head or 0, has_terminal=terminal is not None)
-        if ids:
-            for call_id, kind in tx.conn.execute(
-                select(ev.call_id, ev.event_type).where(ev.run_id == run_id, ev.call_id.in_(ids))
-            ):
-                (facts.calls if kind == EventType.TOOL_CALL else facts.results).add(call_id)
-            if receipts:
-                rc = t.agent_execution_receipts.c
-                facts.receipts.update(
-                    tx.conn.execute(
-                        select(rc.call_id).where(rc.run_id == run_id, rc.call_id.in_(ids))
-                    ).scalars()
-                )
+    def _facts(self, tx: SqlTx, run_id: str, ids: Sequence[str]) -> RunFacts:
+        """The facts a write to ``run_id`` naming ``ids`` is checked against.
+
+        Cached for the rest of the transaction (the row lock keeps them true)
+        and updated by this transaction's own writes.
+        """
+        facts = tx.facts.get(run_id)
+        if facts is None:
+            facts = exact_facts(tx.conn, run_id, ids)
+            tx.facts[run_id] = facts
+            tx.known_ids.update(ids)
+            return facts
+        if facts.partial:
+            return facts
+        wanted = [i for i in ids if i not in tx.known_ids]
+        if wanted:
+            more = exact_facts(tx.conn, run_id, wanted, base=False)
+            facts.calls |= more.calls
+            facts.results |= more.results
+            facts.receipts |= more.receipts
+            tx.known_ids.update(wanted)
+        return facts
+
+    def _check(
+        self, tx: SqlTx, run_id: str, ids: Sequence[str], check: Callable[[RunFacts], None]
+    ) -> RunFacts:
+        """Run a rule check; a refusal made on partial facts is re-checked exactly."""
+        facts = self._facts(tx, run_id, ids)
+        try:
+            check(facts)
+        except LedgerIntegrityError:
+            if not facts.partial:
+                raise
+            check(exact_facts(tx.conn, run_id, ids))  # raises the precise refusal
+            raise
         return facts
 
     # -- writes ------------------------------------------------------------------
@@ -296,60 +470,87 @@ class SqlLedger:
         )
         tx.runs[run.run_id] = run.session_id
 
+    def append(
+        self, tx: SqlTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
+    ) -> None:
+        """Events, then their receipts, checked as one write (a commit point).
+
+        On PostgreSQL both inserts go out as one statement
+        (:func:`~nahida_workers.ledger.sql_facts.insert_rows_pg`), so a commit
+        point costs three round trips: lock-and-prefetch, insert, commit.
+        """
+        run_id = (events[0] if events else receipts[0]).run_id if events or receipts else ""
+        if not run_id:
+            return
+        if any(r.run_id != run_id for r in receipts) or any(e.run_id != run_id for e in events):
+            raise LedgerIntegrityError("one append must hold events and receipts of one run")
+        fence = self._require_fence(tx, run_id, locks_itself=self._pg)
+        facts: RunFacts | None = None
+        if events:
+            facts = self._check(tx, run_id, call_ids(events), lambda f: check_append(f, events))
+        if facts is not None:
+            # Later checks of this write (its receipts) see its own events;
+            # a failure below aborts the transaction and drops these facts.
+            record_events(facts, events)
+            tx.known_ids.update(call_ids(events))
+        if receipts:
+            ids = sorted({r.call_id for r in receipts})
+            facts = self._check(tx, run_id, ids, lambda f: check_receipts(f, receipts))
+        event_rows = [self._event_row(e, fence.epoch) for e in events]
+        receipt_rows = [self._receipt_row(r, fence.epoch) for r in receipts]
+        if tx.buffered is not None:
+            tx.buffered.append((event_rows, receipt_rows))
+        elif self._pg:
+            written = fenced_insert(
+                tx.conn, fence.session_id, fence.epoch, event_rows, receipt_rows
+            )
+            if written is None:
+                raise NotFoundError(f"no session {fence.session_id}")
+            _check_epoch(fence.session_id, fence.epoch, written.epoch)
+            tx.fence, tx.pending = fence, None
+            tx.cancel_requested = written.cancel_requested
+        else:
+            if event_rows:
+                tx.conn.execute(insert(t.agent_run_events), event_rows)
+            if receipt_rows:
+                tx.conn.execute(insert(t.agent_execution_receipts), receipt_rows)
+        if facts is not None:
+            facts.receipts.update(r.call_id for r in receipts)
+
     def append_events(self, tx: SqlTx, events: Sequence[Event]) -> None:
         """Insert events under the transaction's fence (rules in ``rules.py``)."""
-        if not events:
-            return
-        run_id = events[0].run_id
-        fence = self._require_fence(tx, run_id)
-        check_append(self._facts(tx, run_id, call_ids(events), receipts=False), events)
-        now = _now()
-        tx.conn.execute(
-            insert(t.agent_run_events),
-            [
-                {
-                    "run_id": e.run_id,
-                    "sequence": e.sequence,
-                    "event_type": e.type.value,
-                    "call_id": e.call_id,
-                    "payload_json": cap_payload(e.payload, self.payload_max_bytes),
-                    "epoch": fence.epoch,
-                    "created_at": e.created_at or now,
-                }
-                for e in events
-            ],
-        )
+        self.append(tx, events)
 
     def put_receipts(self, tx: SqlTx, receipts: Sequence[ExecutionReceipt]) -> None:
         """Insert receipts; each needs a committed tool_call and no prior receipt."""
-        if not receipts:
-            return
-        run_id = receipts[0].run_id
-        if any(r.run_id != run_id for r in receipts):
-            raise LedgerIntegrityError("one put_receipts call must hold receipts of one run")
-        fence = self._require_fence(tx, run_id)
-        facts = self._facts(tx, run_id, sorted({r.call_id for r in receipts}), receipts=True)
-        check_receipts(facts, receipts)
-        tx.conn.execute(
-            insert(t.agent_execution_receipts),
-            [
-                {
-                    "run_id": r.run_id,
-                    "call_id": r.call_id,
-                    "tool_name": r.tool_name,
-                    "status": r.status.value,
-                    "input_fingerprint": r.input_fingerprint,
-                    "evidence_json": cap_payload(dict(r.evidence), self.payload_max_bytes),
-                    "evidence_kind": r.evidence_kind.value,
-                    "verification_status": r.verification_status.value,
-                    "idempotency_key": r.idempotency_key,
-                    "epoch": fence.epoch,
-                    "started_at": r.started_at,
-                    "finished_at": r.finished_at,
-                }
-                for r in receipts
-            ],
-        )
+        self.append(tx, (), receipts)
+
+    def _event_row(self, e: Event, epoch: int) -> dict[str, Any]:
+        return {
+            "run_id": e.run_id,
+            "sequence": e.sequence,
+            "event_type": e.type.value,
+            "call_id": e.call_id,
+            "payload_json": cap_payload(e.payload, self.payload_max_bytes),
+            "epoch": epoch,
+            "created_at": e.created_at or _now(),
+        }
+
+    def _receipt_row(self, r: ExecutionReceipt, epoch: int) -> dict[str, Any]:
+        return {
+            "run_id": r.run_id,
+            "call_id": r.call_id,
+            "tool_name": r.tool_name,
+            "status": r.status.value,
+            "input_fingerprint": r.input_fingerprint,
+            "evidence_json": cap_payload(dict(r.evidence), self.payload_max_bytes),
+            "evidence_kind": r.evidence_kind.value,
+            "verification_status": r.verification_status.value,
+            "idempotency_key": r.idempotency_key,
+            "epoch": epoch,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+        }
 
     def finish_run(
         self,
@@ -573,7 +774,7 @@ class _ReadScope:
 
     def __enter__(self) -> Connection:
         try:
-            self._conn = self._ledger.engine.connect()
+            self._conn = self._ledger._reader.connect()
         except (OperationalError, DBAPIError) as exc:
             raise LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}") from exc
         return self._conn

@@ -153,7 +153,7 @@ class _Owned:
         self.heartbeat = heartbeat
         self.spec = SessionSpec.model_validate(session.config)
         self._cancel_checked_at = 0.0
-        self._cancel_seen = False
+        self._cancel_seen = session.cancel_requested_at is not None
 
     # -- commits -----------------------------------------------------------------
     def commit(
@@ -164,9 +164,9 @@ class _Owned:
     ) -> None:
         """One fenced transaction; the state learns the events only after commit."""
         self.heartbeat.check()
-        with self.r.ledger.transaction(fence=self.fence) as tx:
-            self.r.ledger.append_events(tx, events)
-            self.r.ledger.put_receipts(tx, receipts)
+        with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
+            self.r.ledger.append(tx, events, receipts)
+        self._cancel_seen = tx.cancel_requested  # known once the fence was checked
         for event in events:
             state.apply(event)
         for receipt in receipts:
@@ -176,8 +176,8 @@ class _Owned:
         """Terminal event + run row + session status, in one transaction."""
         now = self.r.clock.now()
         event = terminal_event(state, finish, now=now)
-        with self.r.ledger.transaction(fence=self.fence) as tx:
-            self.r.ledger.append_events(tx, [event])
+        with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
+            self.r.ledger.append(tx, [event])
             self.r.ledger.finish_run(
                 tx,
                 run.run_id,
@@ -242,7 +242,7 @@ class _Owned:
             now = self.r.clock.now()
             signals = Signals(
                 now=now,
-                cancel_requested=self._cancel_requested(),
+                cancel_requested=self._cancel_seen,
                 elapsed_s=(now - run.started_at).total_seconds(),
             )
             match decide(state, config, signals):

@@ -169,14 +169,19 @@ class World:
         """The fence of the current owner."""
         return Fence(self.session_id, self.epoch)
 
+    @property
+    def hint(self) -> str | None:
+        """The run_id hint the runtime passes (the prefetch path), if this world uses it."""
+        return self.run_id if getattr(self.ledger, "prefetch_hint", False) else None
+
     def append(self, *events: Event) -> None:
         """Append ``events`` in one fenced transaction."""
-        with self.ledger.transaction(fence=self.fence) as tx:
+        with self.ledger.transaction(fence=self.fence, run_id=self.hint) as tx:
             self.ledger.append_events(tx, list(events))
 
     def put(self, *receipts: ExecutionReceipt) -> None:
         """Store ``receipts`` in one fenced transaction."""
-        with self.ledger.transaction(fence=self.fence) as tx:
+        with self.ledger.transaction(fence=self.fence, run_id=self.hint) as tx:
             self.ledger.put_receipts(tx, list(receipts))
 
     def bump(self, seconds: float = 10) -> int:
@@ -247,7 +252,7 @@ def refuse(
     before = world.snapshot()
     fence = world.fence if fenced else None
     try:
-        with world.ledger.transaction(fence=fence) as tx:
+        with world.ledger.transaction(fence=fence, run_id=world.hint if fenced else None) as tx:
             world.earlier_writes(tx, fenced=fenced)
             bad_write(tx)
     except Exception as exc:

@@ -1,0 +1,254 @@
+"""Per-session cost of the durable loop on the real PostgreSQL (issue 3).
+
+Workload: one session of 10 provider turns x 4 tool calls, then a final
+answer; zero-latency scripted provider; no-op tools run inline; the full
+ledger (fenced transactions, receipts, lease on the real Redis).
+
+Baselines measured in the same run, on the same server:
+
+* minimal durable baseline -- plain psycopg writing the same rows (same
+  payload sizes): one transaction for the session, then per turn one for the
+  turn's calls and one for its results and receipts, and one for the end;
+* LangGraph with its PostgreSQL checkpointer running the same 10 x 4 workload
+  with ``durability="sync"`` (``pip install -e '.[bench]'``; skipped with a
+  note when not installed).
+
+    python -m bench.loop --sessions 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypedDict
+
+import psycopg
+
+from bench.common import median_ms, scratch_database, timed
+from nahida_workers.core.events import ToolStatus
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import call_payload, result_payload
+from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.migrate import upgrade
+from nahida_workers.ledger.sql import SqlLedger, make_engine
+from nahida_workers.ports import SystemClock
+from nahida_workers.providers.scripted import ScriptedProvider, load_script
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.executor import InlineExecutor
+from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.testing import ListTaskQueue, scripted_spec
+from nahida_workers.testing_tools import Noop
+from nahida_workers.tools.base import ToolRegistry
+
+TURNS, CALLS = 10, 4
+
+
+class State(TypedDict):
+    """LangGraph state of the comparison graph."""
+
+    messages: list[dict[str, Any]]
+    turn: int
+
+
+def script() -> list[dict[str, Any]]:
+    """10 turns of 4 no-op calls, then the answer."""
+    turns: list[dict[str, Any]] = [
+        {
+            "text": f"turn {t}",
+            "tool_calls": [
+                {"id": f"t{t}c{c}", "name": "Noop", "arguments": {"turn": t, "call": c}}
+                for c in range(CALLS)
+            ],
+        }
+        for t in range(TURNS)
+    ]
+    return [*turns, {"text": "All forty calls done."}]
+
+
+class Ours:
+    """The real runtime: dispatcher + SessionRunner over PostgreSQL and Redis."""
+
+    def __init__(self, url: str, redis_url: str, workspace: Path) -> None:
+        engine = make_engine(url)
+        upgrade(engine)
+        self.ledger = SqlLedger(engine=engine)
+        clock = SystemClock()
+        registry = ToolRegistry([Noop()])
+        self.spec = scripted_spec(script(), tools=["Noop"])
+        provider = ScriptedProvider(load_script({"turns": script()}))
+        self.runner = SessionRunner(
+            ledger=self.ledger,
+            leases=RedisLeaseStore.from_url(redis_url, key_prefix=f"bench:{uuid.uuid4().hex[:6]}:"),
+            clock=clock,
+            provider_for=lambda _spec: provider,
+            registry_for=lambda _spec: registry,
+            executor=InlineExecutor(clock.now),
+        )
+        self.dispatcher = Dispatcher(self.ledger, ListTaskQueue(), clock)
+        self.workspace = str(workspace)
+
+    def session(self) -> None:
+        """Dispatch and run one session to its terminal state."""
+        session, _ = self.dispatcher.submit(self.spec, workspace=self.workspace)
+        self.runner.run(session.session_id)
+
+
+class MinimalBaseline:
+    """The same rows through plain psycopg: the least a durable loop must write."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn)
+        self.turns = script()
+
+    def session(self) -> None:
+        """One session's rows: 1 + 2 per turn + 1 transactions."""
+        now = datetime.now(UTC)
+        sid, rid = uuid.uuid4().hex, uuid.uuid4().hex
+        cur = self.conn.cursor()
+        with self.conn.transaction():
+            cur.execute(
+                "INSERT INTO sessions (session_id, workspace, status, lease_epoch, config_json,"
+                " created_at, updated_at) VALUES (%s, '/w', 'running', 1, '{}', %s, %s)",
+                (sid, now, now),
+            )
+            cur.execute(
+                "INSERT INTO agent_runs (run_id, session_id, provider, model,"
+                " completion_contract_json, trace_id, started_at) VALUES"
+                " (%s, %s, 'scripted', 'scripted', '{}', %s, %s)",
+                (rid, sid, rid, now),
+            )
+            cur.execute(
+                "INSERT INTO agent_run_events (run_id, sequence, event_type, payload_json, epoch,"
+                " created_at) VALUES (%s, 1, 'user_input', %s, 1, %s)",
+                (rid, json.dumps({"text": "go", "source": "prompt"}), now),
+            )
+        seq = 1
+        events = ("INSERT INTO agent_run_events (run_id, sequence, event_type, call_id,"
+                  " payload_json, epoch, created_at) VALUES (%s, %s, %s, %s, %s, 1, %s)")
+        for turn_index, turn in enumerate(self.turns[:-1]):
+            calls = [ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"])
+                     for c in turn["tool_calls"]]
+            rows = [(rid, seq + 1, "assistant_output", None,
+                     json.dumps({"text": turn["text"], "turn": turn_index,
+                                 "call_ids": [c.call_id for c in calls]}), now)]
+            rows += [(rid, seq + 2 + i, "tool_call", c.call_id,
+                      json.dumps(call_payload(c, turn=turn_index, index=i)), now)
+                     for i, c in enumerate(calls)]
+            seq += len(rows)
+            with self.conn.transaction():
+                cur.executemany(events, rows)
+            results = [(rid, seq + 1 + i, "tool_result", c.call_id,
+                        json.dumps(result_payload(call_id=c.call_id, name=c.name,
+                                                  status=ToolStatus.OK, content="ok")), now)
+                       for i, c in enumerate(calls)]
+            seq += len(results)
+            with self.conn.transaction():
+                cur.executemany(events, results)
+                cur.executemany(
+                    "INSERT INTO agent_execution_receipts (run_id, call_id, tool_name, status,"
+                    " input_fingerprint, evidence_json, evidence_kind, verification_status,"
+                    " epoch, started_at, finished_at) VALUES"
+                    " (%s, %s, 'Noop', 'ok', %s, '{\"noop\": true}', 'observe', 'unverified',"
+                    " 1, %s, %s)",
+                    [(rid, c.call_id, "0" * 64, now, now) for c in calls],
+                )
+        with self.conn.transaction():
+            cur.executemany(events, [
+                (rid, seq + 1, "assistant_output", None, json.dumps({"text": "done"}), now),
+                (rid, seq + 2, "terminal", None, json.dumps({"state": "completed"}), now),
+            ])
+            cur.execute("UPDATE agent_runs SET terminal_state='completed' WHERE run_id=%s", (rid,))
+
+
+def langgraph_session_factory(dsn: str) -> Any:
+    """The same workload as a LangGraph graph with PostgresSaver, or None."""
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from langgraph.graph import END, START, StateGraph
+    except ImportError:
+        return None
+    turns = script()
+
+    def model(state: State) -> dict[str, Any]:
+        turn = turns[state["turn"]]
+        message = {"role": "assistant", "content": turn["text"],
+                   "tool_calls": turn.get("tool_calls", [])}
+        return {"messages": [*state["messages"], message], "turn": state["turn"] + 1}
+
+    def tools(state: State) -> dict[str, Any]:
+        calls = state["messages"][-1]["tool_calls"]
+        results = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
+        return {"messages": [*state["messages"], *results]}
+
+    def route(state: State) -> str:
+        return "tools" if state["messages"][-1]["tool_calls"] else END
+
+    graph = StateGraph(State)
+    graph.add_node("model", model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+    saver = PostgresSaver(conn)  # type: ignore[arg-type]
+    saver.setup()
+    app = graph.compile(checkpointer=saver)
+
+    def session() -> None:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        # durability="sync": every step is persisted before the next starts --
+        # the same promise as our commit points (LangGraph's default, "async",
+        # writes checkpoints in the background).
+        app.invoke(
+            {"messages": [{"role": "user", "content": "go"}], "turn": 0},
+            config,  # type: ignore[arg-type]
+            durability="sync",
+        )
+
+    return session
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=40)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/9")
+    parser.add_argument("--skip-langgraph", action="store_true")
+    args = parser.parse_args(argv)
+    with scratch_database("nahida_bench_loop") as (url, dsn):
+        import tempfile
+
+        ours = Ours(url, args.redis, Path(tempfile.mkdtemp()))
+        base = MinimalBaseline(dsn)
+        for _ in range(3):  # warm up connections, caches, prepared statements
+            ours.session()
+            base.session()
+        ours_s, base_s = [], []
+        for _ in range(args.sessions):  # interleaved so drift hits both alike
+            ours_s += timed(ours.session, 1)
+            base_s += timed(base.session, 1)
+        ours_ms, base_ms = median_ms(ours_s), median_ms(base_s)
+        print(f"workload: {TURNS} turns x {CALLS} tool calls per session, "
+              f"{args.sessions} sessions, PostgreSQL + Redis on this machine")
+        print(f"minimal durable baseline (plain psycopg): {base_ms:.2f} ms/session")
+        print(f"nahida-workers loop:                      {ours_ms:.2f} ms/session")
+        print(f"ratio vs baseline: {ours_ms / base_ms:.2f} (target <= 1.5)")
+        if args.skip_langgraph:
+            return 0
+        graph_session = langgraph_session_factory(dsn)
+        if graph_session is None:
+            print("langgraph: not installed (pip install -e '.[bench]'); skipped")
+            return 0
+        for _ in range(3):
+            graph_session()
+        lg_ms = median_ms(timed(graph_session, max(10, args.sessions // 2)))
+        print(f"LangGraph + PostgresSaver:                {lg_ms:.2f} ms/session")
+        print(f"speed-up vs LangGraph: {lg_ms / ours_ms:.1f}x (target >= 5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

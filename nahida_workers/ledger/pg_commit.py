@@ -1,0 +1,186 @@
+"""The PostgreSQL fast path for commit points (DESIGN.md section 3).
+
+A commit point writes a turn's events, or a batch's results with their
+receipts, under the writer's fence.  On PostgreSQL it costs two round trips:
+
+1. :func:`fenced_insert` -- ONE statement: a materialised CTE takes the
+   session row lock (``FOR UPDATE``) and the events and receipts are inserted
+   only if the locked row still carries the writer's epoch (rows travel as two
+   JSON parameters unpacked by ``jsonb_to_recordset``, so the statement text is
+   fixed and prepared once);
+2. ``COMMIT``.
+
+The ledger rules are checked in Python before the statement is sent, against
+the run's facts.  The first transaction of a new owner reads them with
+:func:`lock_and_prefetch` (lock + facts in one statement); afterwards the
+owner's facts are carried from one transaction to the next: while the session
+still carries the owner's epoch, nobody else can have written the run, because
+every event or receipt write is fenced (DESIGN.md section 4).  Statements in
+one snapshot are sound for the same reason: a writer holding the row lock with
+another epoch refuses and writes nothing.  The unique constraints stay the
+backstop for anything that slips past.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from nahida_workers.ledger.rules import RunFacts
+
+__all__ = ["Fenced", "Locked", "fenced_insert", "lock_and_prefetch"]
+
+_LOCK_AND_PREFETCH = text(
+    """
+WITH lock AS MATERIALIZED (
+    SELECT lease_epoch, cancel_requested_at FROM sessions
+    WHERE session_id = :session_id FOR UPDATE
+)
+SELECT 'lock' AS k, lease_epoch AS n,
+       CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END AS flag, NULL::text AS cid
+FROM lock
+UNION ALL
+SELECT 'max', max(sequence), 0, NULL FROM agent_run_events WHERE run_id = :run_id
+UNION ALL
+SELECT 'term', sequence, 0, NULL FROM agent_run_events
+WHERE run_id = :run_id AND event_type = 'terminal'
+UNION ALL
+SELECT 'call', NULL, sum(u.bit), u.call_id FROM (
+    SELECT call_id, CASE event_type WHEN 'tool_call' THEN 4 ELSE 1 END AS bit
+    FROM agent_run_events
+    WHERE run_id = :run_id AND event_type IN ('tool_call', 'tool_result')
+    UNION ALL
+    SELECT call_id, 2 FROM agent_execution_receipts WHERE run_id = :run_id
+) u GROUP BY u.call_id HAVING sum(u.bit) <> 7
+"""
+)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What the lock-and-prefetch statement found."""
+
+    epoch: int
+    cancel_requested: bool
+    facts: RunFacts
+
+
+def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked | None:
+    """Lock the session row and prefetch the run's open facts (PostgreSQL only).
+
+    Returns:
+        None when the session does not exist.  Otherwise the epoch and cancel
+        flag under the lock, and ``RunFacts(partial=True)`` holding the calls
+        that still lack a result or a receipt.
+    """
+    epoch: int | None = None
+    cancel = False
+    facts = RunFacts(partial=True)
+    for kind, number, flag, call_id in conn.execute(
+        _LOCK_AND_PREFETCH, {"session_id": session_id, "run_id": run_id}
+    ):
+        if kind == "lock":
+            epoch, cancel = int(number), bool(flag)
+        elif kind == "max":
+            facts.max_sequence = number or 0
+        elif kind == "term":
+            facts.has_terminal = True
+        elif flag & 4:  # bits: 4 call committed, 1 result, 2 receipt
+            facts.calls.add(call_id)
+            if flag & 1:
+                facts.results.add(call_id)
+            if flag & 2:
+                facts.receipts.add(call_id)
+    if epoch is None:
+        return None
+    return Locked(epoch, cancel, facts)
+
+
+_EVENT_COLUMNS = (
+    "run_id text, sequence int, event_type text, call_id text, payload_json jsonb, "
+    "epoch bigint, created_at timestamptz"
+)
+_RECEIPT_COLUMNS = (
+    "run_id text, call_id text, tool_name text, status text, input_fingerprint text, "
+    "evidence_json jsonb, evidence_kind text, verification_status text, "
+    "idempotency_key text, epoch bigint, started_at timestamptz, finished_at timestamptz"
+)
+_INSERT_EVENTS = (
+    "INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, "
+    "epoch, created_at) SELECT run_id, sequence, event_type, call_id, payload_json, epoch, "
+    f"created_at FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})"
+)
+_INSERT_RECEIPTS = (
+    "INSERT INTO agent_execution_receipts (run_id, call_id, tool_name, status, "
+    "input_fingerprint, evidence_json, evidence_kind, verification_status, idempotency_key, "
+    "epoch, started_at, finished_at) SELECT run_id, call_id, tool_name, status, "
+    "input_fingerprint, evidence_json, evidence_kind, verification_status, idempotency_key, "
+    "epoch, started_at, finished_at FROM jsonb_to_recordset(CAST(:receipts AS jsonb)) "
+    f"AS r({_RECEIPT_COLUMNS})"
+)
+_FENCED_INSERT = text(
+    f"""
+WITH lock AS MATERIALIZED (
+    SELECT lease_epoch, cancel_requested_at FROM sessions
+    WHERE session_id = :session_id FOR UPDATE
+),
+written_events AS (
+    {_INSERT_EVENTS} WHERE (SELECT lease_epoch FROM lock) = :epoch RETURNING 1
+),
+written_receipts AS (
+    {_INSERT_RECEIPTS} WHERE (SELECT lease_epoch FROM lock) = :epoch RETURNING 1
+)
+SELECT lease_epoch, CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END,
+       (SELECT count(*) FROM written_events), (SELECT count(*) FROM written_receipts)
+FROM lock
+"""
+)
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """What :func:`fenced_insert` saw under the lock and wrote."""
+
+    epoch: int
+    cancel_requested: bool
+    events_written: int
+    receipts_written: int
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def fenced_insert(
+    conn: Connection,
+    session_id: str,
+    epoch: int,
+    events: Sequence[dict[str, Any]],
+    receipts: Sequence[dict[str, Any]],
+) -> Fenced | None:
+    """Lock the session row and insert the rows iff ``epoch`` is current; one round trip.
+
+    Returns:
+        None when the session does not exist; otherwise the epoch and cancel
+        flag seen under the lock and the number of rows written (zero when the
+        epoch was stale).
+    """
+    row = conn.execute(
+        _FENCED_INSERT,
+        {
+            "session_id": session_id,
+            "epoch": epoch,
+            "events": json.dumps(list(events), default=_json_default),
+            "receipts": json.dumps(list(receipts), default=_json_default),
+        },
+    ).first()
+    if row is None:
+        return None
+    return Fenced(int(row[0]), bool(row[1]), int(row[2]), int(row[3]))
