@@ -167,7 +167,9 @@ class Ledger(Protocol[TxT]):
         """Insert a session; return ``(row, created)``.
 
         When ``idempotency_key`` is already known, returns the existing row and
-        ``created=False`` without writing anything.
+        ``created=False`` without writing anything.  A transaction that
+        creates a session holds its epoch-0 fence (it may write the first
+        run's events without :meth:`lock_session`).
         """
         ...
 
@@ -235,6 +237,13 @@ class Ledger(Protocol[TxT]):
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run row or None."""
+        ...
+
+    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
+        """A new owner's read of its run (after :meth:`bump_epoch`): events and receipts.
+
+        An adapter may remember the run's facts for the owner's first commit point.
+        """
         ...
 
     def runs_of(self, session_id: str) -> list[RunRecord]:

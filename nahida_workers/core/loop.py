@@ -205,7 +205,7 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
             run_id=state.run_id,
             turn_index=state.turns,
             system=config.system_prompt,
-            messages=tuple(project(state.events)),
+            messages=tuple(project(state.events, memo=state.memo)),
             tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
             tool_choice=config.tool_choice,
             max_output_tokens=config.max_output_tokens,

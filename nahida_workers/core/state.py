@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.messages import ToolCall
@@ -30,6 +31,7 @@ class RunState:
         receipts: committed receipts by call id.
         turns: committed provider turns (``assistant_output`` events).
         terminal: the terminal event once committed.
+        memo: messages already projected from these (immutable) events.
     """
 
     run_id: str
@@ -39,6 +41,7 @@ class RunState:
     receipts: dict[str, ExecutionReceipt] = field(default_factory=dict)
     turns: int = 0
     terminal: Event | None = None
+    memo: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
 
     @classmethod

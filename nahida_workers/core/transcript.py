@@ -26,8 +26,16 @@ from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_from_payload, re
 __all__ = ["orphan_calls", "project"]
 
 
-def project(events: Iterable[Event]) -> list[Message]:
+def project(
+    events: Iterable[Event], *, memo: dict[tuple[object, ...], Message] | None = None
+) -> list[Message]:
     """Project committed events (one run, or several runs in order) to messages.
+
+    Args:
+        events: committed events in order.
+        memo: optional cache owned by the caller (``RunState`` keeps one):
+            committed events never change, so a message built from the same
+            events is reused instead of rebuilt on every provider turn.
 
     Returns:
         User, assistant and tool-result messages satisfying the pairing rule:
@@ -35,35 +43,54 @@ def project(events: Iterable[Event]) -> list[Message]:
         results of ``c1..cn`` in that order.
     """
     ordered = list(events)
+    cache: dict[tuple[object, ...], Message] = memo if memo is not None else {}
     results = {
         e.call_id: e for e in ordered if e.type is EventType.TOOL_RESULT and e.call_id is not None
     }
     messages: list[Message] = []
-    turn_text: str | None = None
-    turn_calls: list[ToolCall] = []
+    turn: Event | None = None
+    turn_calls: list[Event] = []
 
     def close_turn() -> None:
-        nonlocal turn_text, turn_calls
-        if turn_text is None:
+        nonlocal turn, turn_calls
+        if turn is None and not turn_calls:
             return
-        messages.append(AssistantMessage(text=turn_text, tool_calls=tuple(turn_calls)))
-        for call in turn_calls:
-            messages.append(_result_message(call, results.get(call.call_id)))
-        turn_text, turn_calls = None, []
+        head = (turn.run_id, turn.sequence) if turn is not None else ("", -1)
+        key = ("assistant", *head, len(turn_calls))
+        calls = [_call(e, cache) for e in turn_calls]
+        if key not in cache:
+            text = str(turn.payload.get("text", "")) if turn is not None else ""
+            cache[key] = AssistantMessage(text=text, tool_calls=tuple(calls))
+        messages.append(cache[key])
+        for event, call in zip(turn_calls, calls, strict=True):
+            result = results.get(call.call_id)
+            rkey = ("result", event.run_id, event.sequence, result.sequence if result else None)
+            if rkey not in cache:
+                cache[rkey] = _result_message(call, result)
+            messages.append(cache[rkey])
+        turn, turn_calls = None, []
 
     for event in ordered:
         if event.type is EventType.ASSISTANT_OUTPUT:
             close_turn()
-            turn_text = str(event.payload.get("text", ""))
+            turn = event
         elif event.type is EventType.TOOL_CALL:
-            if turn_text is None:  # a call with no committed turn: keep it paired anyway
-                turn_text = ""
-            turn_calls.append(call_from_payload(event.payload))
+            turn_calls.append(event)  # a call with no committed turn stays paired anyway
         elif event.type is EventType.USER_INPUT:
             close_turn()
-            messages.append(UserMessage(text=str(event.payload.get("text", ""))))
+            key = ("user", event.run_id, event.sequence)
+            if key not in cache:
+                cache[key] = UserMessage(text=str(event.payload.get("text", "")))
+            messages.append(cache[key])
     close_turn()
     return messages
+
+
+def _call(event: Event, cache: dict[tuple[object, ...], Message]) -> ToolCall:
+    key = ("call", event.run_id, event.sequence)
+    if key not in cache:
+        cache[key] = call_from_payload(event.payload)  # type: ignore[assignment]
+    return cache[key]  # type: ignore[return-value]
 
 
 def _result_message(call: ToolCall, event: Event | None) -> ToolResultMessage:

@@ -153,6 +153,8 @@ class MemoryLedger:
         self._put(tx, self._sessions, session.session_id, session)  # type: ignore[arg-type]
         if key is not None:
             self._put(tx, self._keys, key, session.session_id)  # type: ignore[arg-type]
+        if tx.fence is None:  # the creating transaction holds the epoch-0 fence
+            tx.fence = Fence(session.session_id, session.lease_epoch)
         return session, True
 
     def create_run(self, tx: MemoryTx, run: RunRecord) -> None:
@@ -285,6 +287,10 @@ class MemoryLedger:
         return epoch
 
     # -- reads -------------------------------------------------------------------
+    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
+        """A new owner's read of its run: every event and receipt."""
+        return self.events(run_id), self.receipts(run_id)
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         """The session or None."""
         with self._lock:

@@ -439,6 +439,7 @@ class SqlLedger:
         }
         if session.idempotency_key is None:
             tx.conn.execute(insert(t.sessions).values(**values))
+            self._created(tx, session)
             return session, True
         dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
         # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
@@ -449,11 +450,18 @@ class SqlLedger:
             .returning(t.sessions.c.session_id)
         ).first()
         if inserted is not None:
+            self._created(tx, session)
             return session, True
         existing = tx.conn.execute(
             select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
         ).one()
         return _session(existing), False
+
+    @staticmethod
+    def _created(tx: SqlTx, session: SessionRecord) -> None:
+        """The creating transaction holds the new row's lock and its epoch-0 fence."""
+        if tx.fence is None and tx.pending is None:
+            tx.fence = Fence(session.session_id, session.lease_epoch)
 
     def create_run(self, tx: SqlTx, run: RunRecord) -> None:
         """Insert a run row."""
@@ -469,6 +477,7 @@ class SqlLedger:
             )
         )
         tx.runs[run.run_id] = run.session_id
+        tx.facts[run.run_id] = RunFacts()  # a run just inserted has no events yet
 
     def append(
         self, tx: SqlTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
@@ -643,6 +652,21 @@ class SqlLedger:
     # -- reads -------------------------------------------------------------------
     def _read(self) -> Any:
         return _ReadScope(self)
+
+    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
+        """A new owner's read of its run: every event and receipt.
+
+        Called after :meth:`bump_epoch`: everything earlier owners committed is
+        visible, and nobody else can write the run under this epoch, so the
+        facts read here are carried to the owner's first commit point.
+        """
+        events, receipts = self.events(run_id), self.receipts(run_id)
+        facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
+        record_events(facts, events)
+        facts.receipts.update(r.call_id for r in receipts)
+        if self._pg:
+            self._carry((fence.session_id, fence.epoch, run_id), facts)
+        return events, receipts
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         """The session row or None."""

@@ -94,8 +94,7 @@ class Dispatcher:
         )
         with self.ledger.transaction() as tx:
             stored, created = self.ledger.create_session(tx, session)
-            if created:
-                self.ledger.lock_session(tx, session.session_id, 0)
+            if created:  # this transaction holds the new session's epoch-0 fence
                 run = RunRecord(
                     run_id=run_id or self.ids(),
                     session_id=session.session_id,

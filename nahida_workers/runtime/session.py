@@ -202,9 +202,8 @@ class _Owned:
                     tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
                 )
             return SessionOutcome.ALREADY_DONE
-        state = RunState.from_ledger(
-            run.run_id, self.r.ledger.events(run.run_id), self.r.ledger.receipts(run.run_id)
-        )
+        events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
+        state = RunState.from_ledger(run.run_id, events, receipts)
         recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
         if recovered:
             log.warning(
