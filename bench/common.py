@@ -11,7 +11,9 @@ from contextlib import contextmanager
 
 import psycopg
 
-ADMIN_DSN = os.environ.get("NAHIDA_BENCH_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+ADMIN_DSN = os.environ.get(
+    "NAHIDA_BENCH_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+)
 PG_BASE = os.environ.get("NAHIDA_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432")
 
 
@@ -46,5 +48,5 @@ def median_ms(samples: list[float]) -> float:
 def percentile(samples: list[float], q: float) -> float:
     """The q-quantile (0..1) of samples (nearest rank)."""
     ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]

@@ -127,24 +127,60 @@ class MinimalBaseline:
                 (rid, json.dumps({"text": "go", "source": "prompt"}), now),
             )
         seq = 1
-        events = ("INSERT INTO agent_run_events (run_id, sequence, event_type, call_id,"
-                  " payload_json, epoch, created_at) VALUES (%s, %s, %s, %s, %s, 1, %s)")
+        events = (
+            "INSERT INTO agent_run_events (run_id, sequence, event_type, call_id,"
+            " payload_json, epoch, created_at) VALUES (%s, %s, %s, %s, %s, 1, %s)"
+        )
         for turn_index, turn in enumerate(self.turns[:-1]):
-            calls = [ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"])
-                     for c in turn["tool_calls"]]
-            rows = [(rid, seq + 1, "assistant_output", None,
-                     json.dumps({"text": turn["text"], "turn": turn_index,
-                                 "call_ids": [c.call_id for c in calls]}), now)]
-            rows += [(rid, seq + 2 + i, "tool_call", c.call_id,
-                      json.dumps(call_payload(c, turn=turn_index, index=i)), now)
-                     for i, c in enumerate(calls)]
+            calls = [
+                ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in turn["tool_calls"]
+            ]
+            rows = [
+                (
+                    rid,
+                    seq + 1,
+                    "assistant_output",
+                    None,
+                    json.dumps(
+                        {
+                            "text": turn["text"],
+                            "turn": turn_index,
+                            "call_ids": [c.call_id for c in calls],
+                        }
+                    ),
+                    now,
+                )
+            ]
+            rows += [
+                (
+                    rid,
+                    seq + 2 + i,
+                    "tool_call",
+                    c.call_id,
+                    json.dumps(call_payload(c, turn=turn_index, index=i)),
+                    now,
+                )
+                for i, c in enumerate(calls)
+            ]
             seq += len(rows)
             with self.conn.transaction():
                 cur.executemany(events, rows)
-            results = [(rid, seq + 1 + i, "tool_result", c.call_id,
-                        json.dumps(result_payload(call_id=c.call_id, name=c.name,
-                                                  status=ToolStatus.OK, content="ok")), now)
-                       for i, c in enumerate(calls)]
+            results = [
+                (
+                    rid,
+                    seq + 1 + i,
+                    "tool_result",
+                    c.call_id,
+                    json.dumps(
+                        result_payload(
+                            call_id=c.call_id, name=c.name, status=ToolStatus.OK, content="ok"
+                        )
+                    ),
+                    now,
+                )
+                for i, c in enumerate(calls)
+            ]
             seq += len(results)
             with self.conn.transaction():
                 cur.executemany(events, results)
@@ -157,10 +193,13 @@ class MinimalBaseline:
                     [(rid, c.call_id, "0" * 64, now, now) for c in calls],
                 )
         with self.conn.transaction():
-            cur.executemany(events, [
-                (rid, seq + 1, "assistant_output", None, json.dumps({"text": "done"}), now),
-                (rid, seq + 2, "terminal", None, json.dumps({"state": "completed"}), now),
-            ])
+            cur.executemany(
+                events,
+                [
+                    (rid, seq + 1, "assistant_output", None, json.dumps({"text": "done"}), now),
+                    (rid, seq + 2, "terminal", None, json.dumps({"state": "completed"}), now),
+                ],
+            )
             cur.execute("UPDATE agent_runs SET terminal_state='completed' WHERE run_id=%s", (rid,))
 
 
@@ -175,8 +214,11 @@ def langgraph_session_factory(dsn: str) -> Any:
 
     def model(state: State) -> dict[str, Any]:
         turn = turns[state["turn"]]
-        message = {"role": "assistant", "content": turn["text"],
-                   "tool_calls": turn.get("tool_calls", [])}
+        message = {
+            "role": "assistant",
+            "content": turn["text"],
+            "tool_calls": turn.get("tool_calls", []),
+        }
         return {"messages": [*state["messages"], message], "turn": state["turn"] + 1}
 
     def tools(state: State) -> dict[str, Any]:
@@ -231,8 +273,10 @@ def main(argv: list[str] | None = None) -> int:
             ours_s += timed(ours.session, 1)
             base_s += timed(base.session, 1)
         ours_ms, base_ms = median_ms(ours_s), median_ms(base_s)
-        print(f"workload: {TURNS} turns x {CALLS} tool calls per session, "
-              f"{args.sessions} sessions, PostgreSQL + Redis on this machine")
+        print(
+            f"workload: {TURNS} turns x {CALLS} tool calls per session, "
+            f"{args.sessions} sessions, PostgreSQL + Redis on this machine"
+        )
         print(f"minimal durable baseline (plain psycopg): {base_ms:.2f} ms/session")
         print(f"nahida-workers loop:                      {ours_ms:.2f} ms/session")
         print(f"ratio vs baseline: {ours_ms / base_ms:.2f} (target <= 1.5)")

@@ -50,7 +50,10 @@ class Settings(BaseSettings):
 
     # -- lease and delivery (DESIGN.md section 4) -----------------------------
     lease_ttl_s: float = Field(30.0, gt=0)
-    visibility_timeout_s: float = Field(3600.0, gt=0)
+    # Redelivery bound for a message whose worker died without beat running:
+    # far below Celery's 1 h default, still ten times the lease TTL.  A live
+    # session redelivered meanwhile finds its lease held and exits (case B01).
+    visibility_timeout_s: float = Field(300.0, gt=0)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu.entity import Queue
+from kombu.entity import Exchange, Queue
 
 from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
 
@@ -50,7 +50,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
-        "task_queues": (Queue(SESSIONS_QUEUE), Queue(TOOLS_QUEUE)),
+        # Each queue has its own exchange and routing key: a publish meant for
+        # one queue can never land in the other.
+        "task_queues": (
+            Queue(SESSIONS_QUEUE, Exchange(SESSIONS_QUEUE), routing_key=SESSIONS_QUEUE),
+            Queue(TOOLS_QUEUE, Exchange(TOOLS_QUEUE), routing_key=TOOLS_QUEUE),
+        ),
         "task_default_queue": SESSIONS_QUEUE,
         "task_routes": {
             RUN_SESSION: {"queue": SESSIONS_QUEUE},

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +20,6 @@ from rich.console import Console
 
 from nahida_workers.cli import render
 from nahida_workers.cli.report import batch_report
-from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import NahidaError, NotFoundError, UserError
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
@@ -32,7 +29,12 @@ from nahida_workers.settings import Settings, load_settings
 
 __all__ = ["app"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Run LLM agent sessions durably: one session per repository, on a Celery fleet or "
+    "embedded (--local).",
+)
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 app.add_typer(runs_app, name="runs")
 # Pipes and CI logs get wide lines instead of 80-column cells cut with an ellipsis.
@@ -87,76 +89,28 @@ def batch(
     ] = None,
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
-    workers: Annotated[int, typer.Option(help="Embedded session-worker threads.")] = 4,
+    workers: Annotated[int, typer.Option(min=1, help="Embedded session-worker threads.")] = 4,
     report: Annotated[Path | None, typer.Option(help="JSON report path.")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the batch.")] = 3600.0,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="Seconds to wait for the batch.")
+    ] = 3600.0,
+    resume: Annotated[
+        str | None, typer.Option(help="Resume an interrupted batch (same job and repos).")
+    ] = None,
 ) -> None:
-    """Run JOB once per repository; exit non-zero unless every session completed."""
-    spec = load_job(job)
-    repos = _repos(repo, repos_from)
-    settings = _settings(local, db)
-    from nahida_workers.runtime.wiring import build_fleet
-    from tasks.app import CeleryTaskQueue, configure
-    from tasks.app import app as celery_app
-    from tasks.embedded import embedded_worker
+    """Run JOB once per repository; exit 0 only if every session completed."""
+    from nahida_workers.cli.batch import BatchOptions, run_batch
 
-    configure(settings)
-    fleet = build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True)
-    started = datetime.now(UTC)
-    session_spec = spec.session_spec()
-    record = fleet.dispatcher.create_batch(spec.name, spec.model_dump(mode="json"))
-    if local:
-        with embedded_worker(celery_app, concurrency=workers):
-            _dispatch_all(fleet, session_spec, repos, record.batch_id)
-            _wait(fleet.ledger, record.batch_id, len(repos), timeout)
-    else:
-        _dispatch_all(fleet, session_spec, repos, record.batch_id)
-        _wait(fleet.ledger, record.batch_id, len(repos), timeout)
-    data = batch_report(fleet.ledger, record.batch_id, started_at=started)
-    path = report or Path("reports") / f"batch-{record.batch_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", "utf-8")
-    console.print(render.batch_table(data))
-    console.print(f"batch {record.batch_id}: {data['summary']}  report: {path}")
-    raise typer.Exit(0 if data["all_completed"] else 1)
-
-
-def _dispatch_all(fleet: Any, spec: Any, repos: list[Path], batch_id: str) -> None:
-    provider = spec.provider.get("name") or spec.provider.get("kind", "scripted")
-    model = spec.provider.get("model") or provider
-    for path in repos:
-        fleet.dispatcher.submit(
-            spec,
-            workspace=str(path),
-            batch_id=batch_id,
-            idempotency_key=f"{batch_id}:{path}",
-            provider_name=provider,
-            model=model,
-        )
-
-
-def _wait(ledger: SqlLedger, batch_id: str, total: int, timeout: float) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    deadline = time.monotonic() + timeout
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("sessions", total=total)
-        while True:
-            done = len(ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
-            progress.update(task, completed=done)
-            if done >= total:
-                return
-            if time.monotonic() > deadline:
-                err.print(f"[yellow]timed out after {timeout:.0f}s with {done}/{total} done")
-                return
-            time.sleep(0.2)
+    options = BatchOptions(
+        job=load_job(job),
+        repos=_repos(repo, repos_from),
+        local=local,
+        workers=workers,
+        timeout_s=timeout,
+        report=report,
+        resume=resume,
+    )
+    raise typer.Exit(run_batch(options, _settings(local, db), console, err))
 
 
 @app.command()
@@ -213,20 +167,49 @@ def migrate(local: LocalOpt = False, db: DbOpt = DEFAULT_DB) -> None:
 
 
 def main() -> None:
-    """Entry point with typed errors turned into one clear line and exit code 2."""
+    """Entry point: typed errors become one clear line and an exit code.
+
+    Exit codes: 0 success; 1 a batch with a session that did not complete;
+    2 a usage or input error (job file, setting, unknown id); 3 an
+    infrastructure error (database, broker or Redis unreachable); 130 Ctrl-C.
+    """
+    import click
+    from pydantic import ValidationError
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         code = app(standalone_mode=False)
-    except NahidaError as exc:
+    except UserError as exc:
         err.print(f"[red]error:[/red] {exc}")
         sys.exit(2)
-    except typer.Exit as exc:
+    except ValidationError as exc:
+        err.print(f"[red]error:[/red] invalid setting: {_first_error(exc)}")
+        sys.exit(2)
+    except NahidaError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        sys.exit(3)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        err.print("interrupted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:
+        if _is_connection_error(exc):
+            err.print(f"[red]error:[/red] service unreachable: {type(exc).__name__}: {exc}")
+            sys.exit(3)
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _first_error(exc: Any) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or "(settings)"
+    return f"NAHIDA_{where.upper()}: {first.get('msg')}"
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import kombu.exceptions
+    import redis
+
+    return isinstance(exc, kombu.exceptions.OperationalError | redis.ConnectionError | OSError)

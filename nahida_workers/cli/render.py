@@ -30,20 +30,25 @@ def batch_table(report: dict[str, Any]) -> Table:
     table.add_column("repo", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("reason", no_wrap=True)
-    for column in ("turns", "tool calls", "seconds"):
+    for column in ("turns", "tool calls", "run s", "queued s"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("run", no_wrap=True)
+    table.add_column("run id", no_wrap=True)
     for row in report["sessions"]:
         state = row["terminal_state"] or row["status"]
         seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
+        queued = f"{row['queued_seconds']:.2f}" if row["queued_seconds"] is not None else "-"
+        reason = row["reason"] or "-"
+        if row.get("failure_code") and row["failure_code"] != row["reason"]:
+            reason += f" ({row['failure_code']})"
         table.add_row(
             row["workspace"].rsplit("/", 1)[-1],
             f"[{_STYLE.get(state, 'white')}]{state}[/]",
-            row["reason"] or "-",
+            reason,
             str(row["turns"]),
             str(row["tool_calls"]),
             seconds,
-            (row["run_id"] or "-")[:12],
+            queued,
+            row["run_id"] or "-",
         )
     return table
 

@@ -10,7 +10,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.events import EventType
+from nahida_workers.core.events import Event, EventType
 from nahida_workers.core.records import SessionRecord
 from nahida_workers.ports import Ledger
 
@@ -32,6 +32,7 @@ def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
         "turns": 0,
         "tool_calls": 0,
         "seconds": None,
+        "queued_seconds": None,
         "final_text": None,
         "calls": [],
     }
@@ -62,11 +63,29 @@ def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
         failure_code=run.failure_code.value if run.failure_code else None,
         turns=sum(1 for e in events if e.type is EventType.ASSISTANT_OUTPUT),
         tool_calls=len(calls),
-        seconds=(run.ended_at - run.started_at).total_seconds() if run.ended_at else None,
+        seconds=_run_seconds(events, run.ended_at),
+        queued_seconds=_queued_seconds(events, run.started_at),
         final_text=terminal.get("final_text") if terminal else None,
         calls=calls,
     )
     return row
+
+
+def _first_owned(events: list[Event]) -> datetime | None:
+    """When a lease owner first wrote (epoch >= 1): the run started running."""
+    return next((e.created_at for e in events if e.epoch >= 1 and e.created_at), None)
+
+
+def _run_seconds(events: list[Event], ended_at: datetime | None) -> float | None:
+    first = _first_owned(events)
+    if first is None or ended_at is None:
+        return None
+    return max(0.0, (ended_at - first).total_seconds())
+
+
+def _queued_seconds(events: list[Event], started_at: datetime) -> float | None:
+    first = _first_owned(events)
+    return None if first is None else max(0.0, (first - started_at).total_seconds())
 
 
 def batch_report(

@@ -76,6 +76,8 @@ class ReasonCode(StrEnum):
     LEDGER_WRITE_FAILED = "ledger_write_failed"
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
+    INVALID_CONFIG = "invalid_config"
+    INTERNAL_ERROR = "internal_error"
 
 
 class FailureCode(StrEnum):
@@ -93,6 +95,7 @@ class FailureCode(StrEnum):
     TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
     LEDGER_WRITE_FAILED = "ledger_write_failed"
     LEASE_LOST = "lease_lost"
+    INVALID_CONFIG = "invalid_config"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -145,9 +145,15 @@ class FanOutExecutor:
                 call, job, placement, epoch, started + timeout_s, timeout_s, threading.Event()
             )
             if placement is Placement.REMOTE and self._remote is not None:
-                slot.task_id = remote_task_id(job, call.call_id, epoch)
-                self._remote.submit(call, job, task_id=slot.task_id, executor_epoch=epoch)
-            else:
+                task_id = remote_task_id(job, call.call_id, epoch)
+                try:
+                    self._remote.submit(call, job, task_id=task_id, executor_epoch=epoch)
+                    slot.task_id = task_id
+                except Exception as exc:  # broker down: read-only calls run here instead
+                    log.warning(
+                        "call %s: tools queue unavailable (%s); running locally", call.call_id, exc
+                    )
+            if slot.task_id is None:
                 call_job = replace(job, cancel=slot.cancel)
                 slot.future = self._pool.submit(execute_call, registry, call, call_job, self._now)
             pending.slots.append(slot)

@@ -26,6 +26,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
@@ -52,11 +54,13 @@ from nahida_workers.core.loop import (
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import (
+    ConfigError,
     LeaseLostError,
     LedgerError,
     LedgerIntegrityError,
     ProviderError,
     ProviderProtocolError,
+    RunError,
     StaleEpochError,
 )
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
@@ -151,7 +155,6 @@ class _Owned:
         self.session = session
         self.fence = fence
         self.heartbeat = heartbeat
-        self.spec = SessionSpec.model_validate(session.config)
         self._cancel_checked_at = 0.0
         self._cancel_seen = session.cancel_requested_at is not None
 
@@ -210,10 +213,41 @@ class _Owned:
                 "run %s: closing %d orphan call(s) as interrupted", run.run_id, len(recovered) - 1
             )
             self.commit(state, recovered)
-        self.drive(state, run)
+        try:
+            self.drive(state, run)
+        except (LeaseLostError, StaleEpochError):
+            raise
+        except RunError as exc:
+            if exc.retryable:
+                raise  # the task retries; the next owner continues from the ledger
+            self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, exc.failure_code)
+        except ConfigError as exc:
+            self._seal_after(state, run, exc, ReasonCode.INVALID_CONFIG, FailureCode.INVALID_CONFIG)
+        except Exception as exc:
+            log.exception("run %s: unexpected error; sealing it failed", run.run_id)
+            self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
         return SessionOutcome.FINISHED
 
+    def _seal_after(
+        self,
+        state: RunState,
+        run: RunRecord,
+        exc: BaseException,
+        reason: ReasonCode,
+        code: FailureCode,
+    ) -> None:
+        """Every run ends in a terminal state: a non-retryable failure seals it ``failed``."""
+        if state.terminal is not None:
+            raise exc
+        log.error("run %s: %s: %s", run.run_id, reason.value, exc)
+        failed = TerminalState.FAILED
+        self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
+
     def drive(self, state: RunState, run: RunRecord) -> None:
+        try:
+            self.spec = SessionSpec.model_validate(self.session.config)
+        except ValidationError as exc:
+            raise ConfigError(f"session config snapshot is invalid: {exc}") from None
         registry = self.r.registry_for(self.spec)
         provider = self.r.provider_for(self.spec)
         config = LoopConfig(

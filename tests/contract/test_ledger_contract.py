@@ -55,6 +55,7 @@ from tests.contract.ledger_world import (
 
 DEADLINE_S = 5.0
 
+
 def _finish(ledger: Ledger, tx: LedgerTx, run_id: str) -> None:
     ledger.finish_run(
         tx,

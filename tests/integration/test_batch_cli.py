@@ -161,3 +161,60 @@ def test_distributed_batch_two_session_workers_one_tool_worker(
     _check_survey_report(report, repos)
     served = [w.text().count("succeeded") for w in fleet.workers[:2]]
     assert sum(served) >= len(repos) and all(n > 0 for n in served), served
+
+
+def test_a_provider_or_tool_typo_is_a_usage_error_before_anything_runs(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r")
+    for bad in (
+        "provider:\n  kind: scriptd\n  script: {turns: [{text: hi}]}\n",
+        "tools: [Read, Bsh]\nprovider:\n  kind: scripted\n  script: {turns: [{text: hi}]}\n",
+    ):
+        job = tmp_path / "typo.yaml"
+        job.write_text("name: typo\nprompt: hi\n" + bad)
+        db = tmp_path / "l.db"
+        done = _nahida(
+            ["batch", str(job), "--local", "--db", str(db), "--repo", str(repo)],
+            _clean_env(),
+            tmp_path,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_resume_finishes_an_interrupted_batch_without_rerunning_finished_sessions(
+    tmp_path: Path,
+) -> None:
+    repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
+    marks = tmp_path / "marks.txt"
+    job = tmp_path / "slow.yaml"
+    job.write_text(
+        "name: slow\nprompt: go\ntools: [Bash]\nprovider:\n  kind: scripted\n  script:\n"
+        "    turns:\n      - text: work\n        tool_calls:\n"
+        f"          - {{id: b, name: Bash, arguments: {{command: 'basename $PWD >> {marks}; "
+        "sleep 1'}}\n      - text: done\n"
+    )
+    db = tmp_path / "l.db"
+    base = [
+        "batch",
+        str(job),
+        "--local",
+        "--db",
+        str(db),
+        "--workers",
+        "1",
+        "--report",
+        str(tmp_path / "rep.json"),
+    ]
+    for repo in repos:
+        base += ["--repo", str(repo)]
+    first = _nahida([*base, "--timeout", "0.5"], _clean_env(), tmp_path)
+    assert first.returncode == 1, first.stdout + first.stderr  # timed out: not all done
+    batch_id = json.loads((tmp_path / "rep.json").read_text())["batch_id"]
+    ran_first = marks.read_text().splitlines()
+    assert 0 < len(ran_first) < 3
+    second = _nahida([*base, "--resume", batch_id], _clean_env(), tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    ran = marks.read_text().splitlines()
+    assert sorted(ran) == ["r0", "r1", "r2"], "each session ran exactly once"
+    report = json.loads((tmp_path / "rep.json").read_text())
+    assert report["batch_id"] == batch_id and report["summary"] == {"completed": 3}

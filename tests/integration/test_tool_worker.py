@@ -19,9 +19,13 @@ SLEEP = "nahida_workers.testing_tools:Sleep"
 def _spec(n: int, ms: int) -> object:
     return scripted_spec(
         [
-            {"text": "fan out", "tool_calls": [
-                {"id": f"s{i}", "name": "Sleep", "arguments": {"ms": ms}} for i in range(n)
-            ] + [{"id": "g", "name": "Glob", "arguments": {"pattern": "**/*"}}]},
+            {
+                "text": "fan out",
+                "tool_calls": [
+                    {"id": f"s{i}", "name": "Sleep", "arguments": {"ms": ms}} for i in range(n)
+                ]
+                + [{"id": "g", "name": "Glob", "arguments": {"pattern": "**/*"}}],
+            },
             {"text": "done"},
         ],
         tools=[SLEEP, "Glob"],
