@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from nahida_workers.fleet_harness import Fleet
 from nahida_workers.ledger.sql import SqlLedger
 from tests.conftest import truncate
-from tests.integration.harness import Fleet
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from nahida_workers.fleet_harness import ROOT, Fleet, make_repo
 from nahida_workers.ledger.sql import SqlLedger
-from tests.integration.harness import ROOT, Fleet, make_repo
 
 pytestmark = pytest.mark.slow
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"

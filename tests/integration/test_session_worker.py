@@ -13,13 +13,7 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus, ToolStatus
-from nahida_workers.lease.redis import RedisLeaseStore
-from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.sweeper import Sweeper
-from nahida_workers.testing import scripted_spec
-from tests.conftest import load_case
-from tests.integration.harness import (
+from nahida_workers.fleet_harness import (
     LEASE_DB,
     Fleet,
     make_repo,
@@ -28,6 +22,12 @@ from tests.integration.harness import (
     wait_done,
     wait_for,
 )
+from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.ports import SystemClock
+from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.testing import scripted_spec
+from tests.conftest import load_case
 
 pytestmark = pytest.mark.slow
 

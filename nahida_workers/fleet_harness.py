@@ -1,4 +1,4 @@
-"""Real worker processes for integration and crash tests.
+"""Real worker processes for integration tests, chaos runs and benchmarks.
 
 A :class:`Fleet` owns the environment of one test: the per-run PostgreSQL
 database, Redis databases 11-13 (broker, results, leases) shared safely
@@ -26,7 +26,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
 
 
@@ -111,12 +111,12 @@ class Fleet:
 
     def settings(self) -> Settings:
         """The same settings, as an object for the test process."""
-        fields = {
+        fields: dict[str, Any] = {
             k[len("NAHIDA_") :].lower(): v
             for k, v in self.env().items()
             if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"
         }
-        return Settings(**fields)
+        return Settings.model_validate(fields)
 
     def start_worker(
         self, *, queues: str = "sessions", concurrency: int = 2, name: str | None = None
