@@ -32,7 +32,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
-from nahida_workers.core.messages import ProviderRequest, ProviderTurn
+from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 
 __all__ = [
@@ -94,6 +94,27 @@ class Provider(Protocol):
     ``on_text`` receives text deltas for display only (DESIGN.md section 3
     step 2); nothing the runtime decides depends on them.
 
+    ``on_tool_call`` serves streaming pre-start (DESIGN.md section 3): it
+    receives each client tool call, in provider order, as soon as that call's
+    arguments are known to be complete and parsed into a JSON object -- a
+    call with ``arguments_error`` is never reported.  The rule for "complete"
+    is per wire format (``providers/openai_stream.py``,
+    ``providers/anthropic_stream.py``); non-streaming providers report every
+    call after parsing, before returning.  It is called on the thread running
+    ``complete``; its exceptions propagate out of ``complete`` unchanged.
+
+    A reported call is *not* committed.  ``complete`` may still raise after
+    reporting calls (a stream cut off before its terminal marker, a mid-stream
+    error, a fallback to another provider), a retried attempt may report the
+    same call ids again (an adapter reports an identical call -- same id,
+    name and arguments -- once per ``complete`` across its retries, and a
+    differing one again; ``FallbackProvider`` does not de-duplicate across
+    providers, since the runtime's epoch bump in ``on_fallback`` has already
+    discarded the earlier provider's calls), and the returned turn may differ
+    from what was reported.  The runtime must therefore key pre-starts by
+    call id and input fingerprint and discard (abort) every pre-started call
+    the committed turn does not contain exactly.
+
     Raises:
         ProviderError: with ``retryable``/``retry_after`` and a failure code.
     """
@@ -102,7 +123,11 @@ class Provider(Protocol):
     model: str
 
     def complete(
-        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: ProviderRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> ProviderTurn:
         """Run one provider call and return the parsed turn."""
         ...

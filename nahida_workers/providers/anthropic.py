@@ -18,6 +18,7 @@ from nahida_workers.providers.anthropic_stream import (
     AnthropicStreamParser,
     parse_anthropic_message,
 )
+from nahida_workers.providers.early_calls import ToolCallSink
 from nahida_workers.providers.http_provider import HTTPProvider, StreamParser
 from nahida_workers.providers.payloads import anthropic_messages_body
 
@@ -56,8 +57,8 @@ class AnthropicProvider(HTTPProvider):
             max_output_tokens=self.max_output_tokens,
         )
 
-    def _stream_parser(self) -> StreamParser:
-        return AnthropicStreamParser(provider=self.name)
+    def _stream_parser(self, on_tool_call: ToolCallSink | None) -> StreamParser:
+        return AnthropicStreamParser(provider=self.name, on_tool_call=on_tool_call)
 
-    def _parse_body(self, body: dict[str, Any]) -> ProviderTurn:
-        return parse_anthropic_message(body, provider=self.name)
+    def _parse_body(self, body: dict[str, Any], on_tool_call: ToolCallSink | None) -> ProviderTurn:
+        return parse_anthropic_message(body, provider=self.name, on_tool_call=on_tool_call)

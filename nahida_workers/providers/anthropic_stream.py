@@ -18,6 +18,15 @@ Wire rules (Anthropic "Streaming Messages" doc and recordings W07-W11):
   are ignored (the doc asks clients to tolerate new ones);
 * ``event: error`` mid-stream raises the typed error (``overloaded_error`` ->
   retryable, ``provider_unavailable``).
+
+Early reporting (``on_tool_call``, DESIGN.md section 3 "Streaming pre-start"):
+a ``tool_use`` block is complete at its ``content_block_stop``; it is reported
+then, if its arguments parsed into a JSON object, and never again.  Reports
+keep index order: a block that stops while a lower-indexed ``tool_use`` block
+is still open waits for it (the API streams blocks one after another, so this
+never delays a real stream).  At the end of a body that had ``message_stop``
+any block never stopped is reported too; a body cut off before it reports
+nothing more (:meth:`AnthropicStreamParser.finish` raises).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import Any
 
 from nahida_workers.core.messages import ProviderTurn, StopReason, ToolCall, Usage
 from nahida_workers.providers.classify import build_turn, malformed_event, tool_call_from_raw
+from nahida_workers.providers.early_calls import ToolCallSink, emit_parsed
 from nahida_workers.providers.http_errors import error_from_payload
 from nahida_workers.providers.sse import SSEEvent
 
@@ -45,7 +55,7 @@ _TOOL_STOPS = frozenset({"tool_use"})
 
 
 class _Block:
-    __slots__ = ("block_id", "initial_input", "kind", "name", "parts")
+    __slots__ = ("block_id", "initial_input", "kind", "name", "parts", "reported", "stopped")
 
     def __init__(self, kind: str, block: dict[str, Any]) -> None:
         self.kind = kind
@@ -54,6 +64,14 @@ class _Block:
         initial = block.get("input")
         self.initial_input = initial if isinstance(initial, dict) else None
         self.parts: list[str] = []
+        self.stopped = False  # content_block_stop seen (tracked only for on_tool_call)
+        self.reported = False  # offered to on_tool_call
+
+    def tool_call(self) -> ToolCall:
+        raw = "".join(self.parts)
+        if not raw.strip() and self.initial_input:
+            raw = json.dumps(self.initial_input)
+        return tool_call_from_raw(self.block_id, self.name, raw)
 
 
 def anthropic_usage(usage: dict[str, Any]) -> Usage:
@@ -76,12 +94,19 @@ class AnthropicStreamParser:
 
     Args:
         provider: adapter name used in error messages.
+        on_tool_call: receives each client ``tool_use`` call once, in index
+            order, at its ``content_block_stop`` if its arguments parsed into
+            a JSON object (rules in the module docstring); its exceptions
+            propagate out of :meth:`feed` / :meth:`finish`.
     """
 
-    __slots__ = ("_blocks", "_done", "_model", "_provider", "_stop", "_usage")
+    __slots__ = ("_blocks", "_done", "_model", "_on_tool_call", "_provider", "_stop", "_usage")
 
-    def __init__(self, *, provider: str = "anthropic") -> None:
+    def __init__(
+        self, *, provider: str = "anthropic", on_tool_call: ToolCallSink | None = None
+    ) -> None:
         self._provider = provider
+        self._on_tool_call = on_tool_call
         self._blocks: dict[int, _Block] = {}
         self._stop: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -134,6 +159,12 @@ class AnthropicStreamParser:
                 merged = self._usage if self._usage is not None else {}
                 merged.update({k: v for k, v in usage.items() if v is not None})
                 self._usage = merged
+        elif kind == "content_block_stop":
+            if self._on_tool_call is not None:
+                block = self._blocks.get(_index(data))
+                if block is not None and block.kind == "tool_use":
+                    block.stopped = True
+                    self._report(stopped_only=True)
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
@@ -154,6 +185,8 @@ class AnthropicStreamParser:
             ProviderProtocolError: no ``message_stop`` while a ``tool_use`` block
                 was in progress (retryable).
         """
+        if self._done and self._on_tool_call is not None:
+            self._report(stopped_only=False)
         text: list[str] = []
         calls: list[ToolCall] = []
         for index in sorted(self._blocks):
@@ -161,10 +194,7 @@ class AnthropicStreamParser:
             if block.kind == "text":
                 text.extend(block.parts)
             elif block.kind == "tool_use":
-                raw = "".join(block.parts)
-                if not raw.strip() and block.initial_input:
-                    raw = json.dumps(block.initial_input)
-                calls.append(tool_call_from_raw(block.block_id, block.name, raw))
+                calls.append(block.tool_call())
         return build_turn(
             api=self._provider,
             text="".join(text),
@@ -176,6 +206,22 @@ class AnthropicStreamParser:
             model=self._model,
             terminal=self._done,
         )
+
+    def _report(self, *, stopped_only: bool) -> None:
+        """Offer ``tool_use`` blocks to ``on_tool_call`` in index order, each once.
+
+        With ``stopped_only``, stop at the first unreported block still open.
+        """
+        sink = self._on_tool_call
+        assert sink is not None
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.kind != "tool_use" or block.reported:
+                continue
+            if stopped_only and not block.stopped:
+                return
+            block.reported = True  # before the callback: a raising callback never sees it twice
+            emit_parsed(sink, block.tool_call())
 
     def _delta(self, data: dict[str, Any]) -> str:
         delta = data.get("delta")
@@ -205,8 +251,13 @@ def _index(data: dict[str, Any]) -> int:
     return index if isinstance(index, int) else 0
 
 
-def parse_anthropic_message(body: dict[str, Any], *, provider: str = "anthropic") -> ProviderTurn:
+def parse_anthropic_message(
+    body: dict[str, Any], *, provider: str = "anthropic", on_tool_call: ToolCallSink | None = None
+) -> ProviderTurn:
     """Parse a non-streaming Messages response body with the stream rules.
+
+    Every parsed call is reported to ``on_tool_call``, in order, once the body
+    is parsed.
 
     Raises:
         ProviderAPIError: the body is an ``error`` object.
@@ -220,4 +271,8 @@ def parse_anthropic_message(body: dict[str, Any], *, provider: str = "anthropic"
         parser.feed_data({"type": "content_block_start", "index": index, "content_block": block})
     parser.feed_data({"type": "message_delta", "delta": {"stop_reason": body.get("stop_reason")}})
     parser.mark_done()
-    return parser.finish()
+    turn = parser.finish()
+    if on_tool_call is not None:
+        for call in turn.tool_calls:
+            emit_parsed(on_tool_call, call)
+    return turn

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from nahida_workers.core.messages import ProviderRequest, ProviderTurn
+from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.errors import ProviderError
 from nahida_workers.ports import Provider
 
@@ -22,6 +22,14 @@ class FallbackProvider:
     (non-retryable) or exhausted its retries: the next one is tried.  Every
     call starts again at the first provider (stateless, so a recovered
     primary is used again).
+
+    ``on_text`` and ``on_tool_call`` are passed to whichever provider is
+    tried.  A provider that fails may already have reported tool calls before
+    the next one is tried, so ``on_tool_call`` can see calls of a turn that is
+    never returned (and, from the next provider, different calls, possibly
+    with the same ids).  The runtime bumps its executor epoch in
+    ``on_fallback`` and discards every pre-started call the returned turn does
+    not contain (DESIGN.md section 3).
 
     Args:
         providers: primary first; at least one.
@@ -48,7 +56,11 @@ class FallbackProvider:
         self.model = self.providers[0].model
 
     def complete(
-        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: ProviderRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> ProviderTurn:
         """Return the first successful turn.
 
@@ -58,7 +70,7 @@ class FallbackProvider:
         last = len(self.providers) - 1
         for index, provider in enumerate(self.providers):
             try:
-                turn = provider.complete(request, on_text=on_text)
+                turn = provider.complete(request, on_text=on_text, on_tool_call=on_tool_call)
             except ProviderError as exc:
                 if index == last:
                     raise

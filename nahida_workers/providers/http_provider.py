@@ -8,7 +8,12 @@ One attempt = one ``POST`` with ``stream: true`` over a sync ``httpx.Client``:
   ``variant_nonstream_response``): parsed as one whole response;
 * otherwise the body is decoded incrementally (:class:`SSEDecoder`) and fed
   to the adapter's pure stream parser; text deltas go to ``on_text`` as they
-  arrive (display only -- a retried attempt shows its text again).
+  arrive (display only -- a retried attempt shows its text again), and each
+  tool call goes to ``on_tool_call`` as soon as the parser knows it is
+  complete (streaming pre-start; ``openai_stream`` / ``anthropic_stream`` give
+  the rule per format).  Across the attempts of one ``complete()`` a call
+  identical to one already reported (same id, name and arguments) is not
+  reported again (:class:`~nahida_workers.providers.early_calls.DedupSink`).
 
 Transport failures are translated here (timeouts -> ``provider_timeout``,
 connection/read errors -> ``provider_unavailable``, both retryable), and the
@@ -29,9 +34,10 @@ from typing import Any, ClassVar, Protocol
 import httpx
 
 from nahida_workers.core.events import FailureCode
-from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolChoice
+from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall, ToolChoice
 from nahida_workers.errors import ProviderError
 from nahida_workers.providers.classify import malformed_event
+from nahida_workers.providers.early_calls import DedupSink, ToolCallSink
 from nahida_workers.providers.http_errors import error_from_response
 from nahida_workers.providers.retry import RetryPolicy, call_with_retries
 from nahida_workers.providers.sse import SSEDecoder, SSEEvent
@@ -114,17 +120,26 @@ class HTTPProvider:
     def _body(self, request: ProviderRequest) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _stream_parser(self) -> StreamParser:
+    def _stream_parser(self, on_tool_call: ToolCallSink | None) -> StreamParser:
         raise NotImplementedError
 
-    def _parse_body(self, body: dict[str, Any]) -> ProviderTurn:
+    def _parse_body(self, body: dict[str, Any], on_tool_call: ToolCallSink | None) -> ProviderTurn:
         raise NotImplementedError
 
     # -- the Provider protocol ------------------------------------------------
     def complete(
-        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: ProviderRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> ProviderTurn:
         """Run one provider call (with retries) and return the parsed turn.
+
+        ``on_tool_call`` follows :meth:`nahida_workers.ports.Provider.complete`:
+        an attempt that fails after reporting calls is retried, and the retry
+        may report the same call ids again -- suppressed only when id, name and
+        arguments are all identical to a call already reported.
 
         Raises:
             ProviderAPIError: the provider answered with an error (typed by
@@ -142,8 +157,9 @@ class HTTPProvider:
                 retryable=False,
                 failure_code=FailureCode.INTERNAL_ERROR,
             ) from None
+        sink = DedupSink(on_tool_call) if on_tool_call is not None else None
         return call_with_retries(
-            lambda: self._attempt(body, on_text), policy=self.retry_policy, sleep=self._sleep
+            lambda: self._attempt(body, on_text, sink), policy=self.retry_policy, sleep=self._sleep
         )
 
     def close(self) -> None:
@@ -169,13 +185,18 @@ class HTTPProvider:
         )
 
     # -- one attempt ----------------------------------------------------------
-    def _attempt(self, body: dict[str, Any], on_text: Callable[[str], None] | None) -> ProviderTurn:
+    def _attempt(
+        self,
+        body: dict[str, Any],
+        on_text: Callable[[str], None] | None,
+        on_tool_call: ToolCallSink | None,
+    ) -> ProviderTurn:
         headers = {"accept": "text/event-stream", **self._auth_headers(self._api_key)}
         try:
             with self._client.stream(
                 "POST", self._url(), json=body, headers=headers, timeout=self.timeout_s
             ) as response:
-                return self._read(response, on_text)
+                return self._read(response, on_text, on_tool_call)
         except httpx.TimeoutException as exc:
             raise ProviderError(
                 f"{self.name}: timed out after {self.timeout_s} s ({type(exc).__name__})",
@@ -196,7 +217,10 @@ class HTTPProvider:
             ) from None
 
     def _read(
-        self, response: httpx.Response, on_text: Callable[[str], None] | None
+        self,
+        response: httpx.Response,
+        on_text: Callable[[str], None] | None,
+        on_tool_call: ToolCallSink | None,
     ) -> ProviderTurn:
         status = response.status_code
         if not 200 <= status < 300:
@@ -218,11 +242,11 @@ class HTTPProvider:
                 raise malformed_event(self.name) from None
             if not isinstance(parsed, dict):
                 raise malformed_event(self.name)
-            turn = self._parse_body(parsed)
+            turn = self._parse_body(parsed, on_tool_call)
             if on_text is not None and turn.text:
                 on_text(turn.text)
             return turn
-        parser = self._stream_parser()
+        parser = self._stream_parser(on_tool_call)
         decoder = SSEDecoder()
         for chunk in response.iter_bytes():
             for event in decoder.feed(chunk):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn
+from nahida_workers.providers.early_calls import ToolCallSink
 from nahida_workers.providers.http_provider import HTTPProvider, StreamParser
 from nahida_workers.providers.openai_stream import OpenAIStreamParser, parse_openai_completion
 from nahida_workers.providers.payloads import openai_chat_body
@@ -44,8 +45,8 @@ class OpenAICompatProvider(HTTPProvider):
             max_output_tokens=self.max_output_tokens,
         )
 
-    def _stream_parser(self) -> StreamParser:
-        return OpenAIStreamParser(provider=self.name)
+    def _stream_parser(self, on_tool_call: ToolCallSink | None) -> StreamParser:
+        return OpenAIStreamParser(provider=self.name, on_tool_call=on_tool_call)
 
-    def _parse_body(self, body: dict[str, Any]) -> ProviderTurn:
-        return parse_openai_completion(body, provider=self.name)
+    def _parse_body(self, body: dict[str, Any], on_tool_call: ToolCallSink | None) -> ProviderTurn:
+        return parse_openai_completion(body, provider=self.name, on_tool_call=on_tool_call)

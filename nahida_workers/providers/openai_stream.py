@@ -18,6 +18,24 @@ Wire rules (OpenAI "Chat Completions streaming" reference and real recordings):
   parallel calls accumulate per index; calls keep the order they started in.
 * ``data: {"error": {...}}`` mid-stream (vLLM, some proxies) raises the typed
   error from :func:`~nahida_workers.providers.http_errors.error_from_payload`.
+
+Early reporting (``on_tool_call``, DESIGN.md section 3 "Streaming pre-start"):
+the wire has no per-call end marker, so a call is *sealed* -- its arguments
+are taken as complete -- when a fragment starts a different call (a later
+index, or a new non-empty id at the same or a missing index: the B08 rule),
+when ``finish_reason`` arrives, or at ``[DONE]`` / the end of a body that had a
+terminal marker.  Starting a call seals every call before it, so calls are
+reported in provider order, each once.  One caution for servers that
+interleave parallel calls (a call's header first, its arguments later): when
+a new call starts, an earlier call with no argument text yet, or with text
+that is not yet a JSON object, is held back -- with every call after it --
+until the next seal; at the terminal marker a call whose arguments still do
+not parse is skipped for good
+(:func:`~nahida_workers.providers.early_calls.emit_parsed`).  A body cut off
+before its terminal marker seals nothing more (:meth:`OpenAIStreamParser.finish`
+raises); calls sealed before the cut were already reported.  Fragments that
+arrive for a call after it was reported change the final turn, not the report:
+the runtime aborts a pre-start whose input the committed turn does not match.
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ from typing import Any
 
 from nahida_workers.core.messages import ProviderTurn, StopReason, Usage
 from nahida_workers.providers.classify import build_turn, malformed_event, tool_call_from_raw
+from nahida_workers.providers.early_calls import ToolCallSink, emit_parsed
 from nahida_workers.providers.http_errors import error_from_payload
 from nahida_workers.providers.sse import SSEEvent
 
@@ -45,10 +64,11 @@ _TOOL_STOPS = frozenset({"tool_calls", "function_call"})
 
 
 class _Call:
-    __slots__ = ("call_id", "name", "parts")
+    __slots__ = ("call_id", "derived_id", "name", "parts")
 
     def __init__(self, call_id: str | None) -> None:
         self.call_id = call_id
+        self.derived_id: str | None = None  # for a server that sends no id; stable once made
         self.name = ""
         self.parts: list[str] = []
 
@@ -74,6 +94,10 @@ class OpenAIStreamParser:
 
     Args:
         provider: adapter name used in error messages.
+        on_tool_call: receives each client tool call once, in order, as soon
+            as it is sealed and its arguments parsed into a JSON object (rules
+            in the module docstring); its exceptions propagate out of
+            :meth:`feed` / :meth:`finish`.
     """
 
     __slots__ = (
@@ -83,14 +107,20 @@ class OpenAIStreamParser:
         "_done",
         "_finish",
         "_model",
+        "_on_tool_call",
         "_provider",
+        "_sealed",
         "_slots",
         "_text",
         "_usage",
     )
 
-    def __init__(self, *, provider: str = "openai") -> None:
+    def __init__(
+        self, *, provider: str = "openai", on_tool_call: ToolCallSink | None = None
+    ) -> None:
         self._provider = provider
+        self._on_tool_call = on_tool_call
+        self._sealed = 0  # calls[:_sealed] are complete and were offered to on_tool_call
         self._text: list[str] = []
         self._calls: list[_Call] = []
         self._slots: dict[int, _Call] = {}
@@ -113,6 +143,8 @@ class OpenAIStreamParser:
         data = event.data
         if data.strip() == "[DONE]":
             self._done = True
+            if self._on_tool_call is not None:
+                self._seal(terminal=True)
             return ""
         try:
             chunk = json.loads(data)
@@ -154,6 +186,8 @@ class OpenAIStreamParser:
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 self._finish = finish
+                if self._on_tool_call is not None:
+                    self._seal(terminal=True)
         return delta_text
 
     def mark_done(self) -> None:
@@ -167,6 +201,9 @@ class OpenAIStreamParser:
             ProviderProtocolError: no ``[DONE]`` and no ``finish_reason`` while
                 tool calls were in progress (retryable).
         """
+        terminal = self._done or self._finish is not None
+        if terminal and self._on_tool_call is not None:
+            self._seal(terminal=True)
         calls = [
             tool_call_from_raw(self._call_id(n, call), call.name, "".join(call.parts))
             for n, call in enumerate(self._calls)
@@ -180,7 +217,7 @@ class OpenAIStreamParser:
             tool_stops=_TOOL_STOPS,
             usage=openai_usage(self._usage) if self._usage is not None else None,
             model=self._model,
-            terminal=self._done or self._finish is not None,
+            terminal=terminal,
         )
 
     def _tool_fragment(self, fragment: dict[str, Any]) -> None:
@@ -192,6 +229,8 @@ class OpenAIStreamParser:
             call_id = None
         held = self._slots.get(index)
         if held is None or (call_id is not None and held.call_id and call_id != held.call_id):
+            if self._on_tool_call is not None:
+                self._seal(terminal=False)  # a new call starts: the earlier ones are complete
             held = _Call(call_id)
             self._slots[index] = held
             self._calls.append(held)
@@ -211,19 +250,47 @@ class OpenAIStreamParser:
         elif isinstance(arguments, dict):  # non-compliant servers send an object
             held.parts.append(json.dumps(arguments))
 
+    def _seal(self, *, terminal: bool) -> None:
+        """Offer every call started so far to ``on_tool_call``, in order, each once.
+
+        Before the terminal marker (``terminal=False``: a later call started),
+        a call with no argument text yet, or with text that is not yet a JSON
+        object, is held -- with every call after it -- until the next seal:
+        an interleaving server may still send its arguments.  At the terminal
+        marker every remaining call is decided, and one that does not parse
+        is skipped for good.
+        """
+        sink = self._on_tool_call
+        assert sink is not None
+        while self._sealed < len(self._calls):
+            position = self._sealed
+            call = self._calls[position]
+            raw = "".join(call.parts)
+            parsed = tool_call_from_raw(self._call_id(position, call), call.name, raw)
+            if not terminal and (parsed.arguments_error is not None or not raw.strip()):
+                return
+            self._sealed += 1  # before the callback: a raising callback never sees it twice
+            emit_parsed(sink, parsed)
+
     def _call_id(self, position: int, call: _Call) -> str:
         if call.call_id:
             return call.call_id
-        # A server that sends no id: derive a stable one from the completion id.
-        base = self._completion_id or uuid.uuid4().hex
-        return f"call_{base}_{position}"
+        if call.derived_id is None:
+            # A server that sends no id: derive one from the completion id, once,
+            # so an early report and the final turn agree.
+            base = self._completion_id or uuid.uuid4().hex
+            call.derived_id = f"call_{base}_{position}"
+        return call.derived_id
 
 
-def parse_openai_completion(body: dict[str, Any], *, provider: str = "openai") -> ProviderTurn:
+def parse_openai_completion(
+    body: dict[str, Any], *, provider: str = "openai", on_tool_call: ToolCallSink | None = None
+) -> ProviderTurn:
     """Parse a non-streaming ``chat.completion`` body (a server that ignored ``stream``).
 
     Same rules as the stream (B09 ``variant_nonstream_response``): classified
-    by the tool calls actually present, with the same anomalies.
+    by the tool calls actually present, with the same anomalies.  Every parsed
+    call is reported to ``on_tool_call``, in order, once the body is parsed.
 
     Raises:
         ProviderAPIError: the body is an ``error`` object.
@@ -244,4 +311,8 @@ def parse_openai_completion(body: dict[str, Any], *, provider: str = "openai") -
     chunk["choices"] = choices
     parser.feed_chunk(chunk)
     parser.mark_done()
-    return parser.finish()
+    turn = parser.finish()
+    if on_tool_call is not None:
+        for call in turn.tool_calls:
+            emit_parsed(on_tool_call, call)
+    return turn

@@ -8,6 +8,11 @@ than the server's ``retry_after`` (seconds).  Retrying stops after
 spent waiting past ``max_total_wait_s`` (or that budget is spent); the last error is then re-raised
 unchanged (still ``retryable``, so a caller such as the fallback provider knows
 the retries were exhausted rather than refused).
+
+A retried attempt starts from scratch: it streams its text and reports its
+tool calls again.  The HTTP driver puts one de-duplicating sink in front of
+``on_tool_call`` per ``complete()`` call, so an identical call is reported
+once across attempts (``http_provider.py``, ``early_calls.DedupSink``).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from nahida_workers.core.messages import (
     Usage,
 )
 from nahida_workers.errors import ConfigError, ProviderError
+from nahida_workers.providers.early_calls import emit_parsed
 
 __all__ = ["Script", "ScriptError", "ScriptTurn", "ScriptedCall", "ScriptedProvider", "load_script"]
 
@@ -209,9 +210,17 @@ class ScriptedProvider:
         self._sleep = sleep
 
     def complete(
-        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: ProviderRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> ProviderTurn:
         """Return script turn ``request.turn_index``.
+
+        After ``delay_s``, the text goes to ``on_text`` and then each call
+        whose arguments parsed goes to ``on_tool_call``, in order, before the
+        turn is returned (a scripted error reports nothing).
 
         Raises:
             ProviderError: the script has no turn at that index
@@ -243,4 +252,7 @@ class ScriptedProvider:
         result = scripted_turn(turn, request)
         if on_text is not None and result.text:
             on_text(result.text)
+        if on_tool_call is not None:
+            for call in result.tool_calls:
+                emit_parsed(on_tool_call, call)
         return result

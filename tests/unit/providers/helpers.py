@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 
 from nahida_workers.core.messages import ProviderRequest, StopReason, Usage, UserMessage
+from nahida_workers.providers import AnthropicProvider, OpenAICompatProvider
+from nahida_workers.providers.http_provider import HTTPProvider
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 WIRE_IDS = [f"W{n:02d}" for n in range(1, 13)]
@@ -77,6 +79,28 @@ def expected_stop(expected: Mapping[str, Any]) -> tuple[StopReason, str]:
     raw = expected.get("finish_reason") or expected.get("stop_reason")
     assert isinstance(raw, str)
     return (StopReason.TOOL_CALLS if expected["tool_calls"] else _STOPS[raw]), raw
+
+
+def provider_for_wire(
+    w: dict[str, Any], client: httpx.Client, base: str | None = None
+) -> HTTPProvider:
+    """The recording's adapter (OpenAI or Anthropic) over ``client``; retry waits are not slept."""
+    sleeps: list[float] = []
+    if w["api"] == "openai-chat":
+        return OpenAICompatProvider(
+            base_url=(base or "https://api.example.test") + "/v1",
+            model=w["request"]["model"],
+            api_key=KEY,
+            client=client,
+            sleep=sleeps.append,
+        )
+    return AnthropicProvider(
+        base_url=base or "https://api.example.test",
+        model=w["request"]["model"],
+        api_key=KEY,
+        client=client,
+        sleep=sleeps.append,
+    )
 
 
 # -- transports ---------------------------------------------------------------

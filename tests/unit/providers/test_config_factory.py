@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from nahida_workers.core.events import FailureCode
-from nahida_workers.core.messages import ProviderRequest, ProviderTurn, UserMessage
+from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall, UserMessage
 from nahida_workers.errors import ProviderError
 from nahida_workers.providers import (
     AnthropicProvider,
@@ -86,7 +86,11 @@ class _Failing:
         self.name, self.model, self.retryable, self.calls = name, name, retryable, 0
 
     def complete(
-        self, request: ProviderRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: ProviderRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_tool_call: Callable[[ToolCall], None] | None = None,
     ) -> ProviderTurn:
         self.calls += 1
         raise ProviderError(

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nahida_workers.core.events import FailureCode
 from nahida_workers.core.messages import Anomaly, ProviderTurn
-from nahida_workers.providers import AnthropicProvider, OpenAICompatProvider, ProviderAPIError
+from nahida_workers.providers import ProviderAPIError
 from nahida_workers.providers.http_provider import HTTPProvider
 from tests.unit.providers.helpers import (
     KEY,
@@ -27,31 +27,13 @@ from tests.unit.providers.helpers import (
     byte_server,
     expected_stop,
     expected_usage,
+    provider_for_wire,
     recorded_response,
     wire,
 )
 
 OK_IDS = [w for w in WIRE_IDS if wire(w)["status"] == 200]
 ERROR_IDS = [w for w in WIRE_IDS if wire(w)["status"] != 200]
-
-
-def _provider(w: dict[str, Any], client: httpx.Client, base: str | None = None) -> HTTPProvider:
-    sleeps: list[float] = []
-    if w["api"] == "openai-chat":
-        return OpenAICompatProvider(
-            base_url=(base or "https://api.example.test") + "/v1",
-            model=w["request"]["model"],
-            api_key=KEY,
-            client=client,
-            sleep=sleeps.append,
-        )
-    return AnthropicProvider(
-        base_url=base or "https://api.example.test",
-        model=w["request"]["model"],
-        api_key=KEY,
-        client=client,
-        sleep=sleeps.append,
-    )
 
 
 def assert_matches_expected(w: dict[str, Any], turn: ProviderTurn) -> None:
@@ -93,7 +75,7 @@ def _complete(provider: HTTPProvider) -> tuple[ProviderTurn, list[str]]:
 def test_recording_replayed_through_mock_transport(wid: str) -> None:
     w = wire(wid)
     recorder = Recorder([recorded_response(w)])
-    turn, deltas = _complete(_provider(w, recorder.client()))
+    turn, deltas = _complete(provider_for_wire(w, recorder.client()))
     assert_matches_expected(w, turn)
     assert "".join(deltas) == w["expected"]["text"]
     assert len(recorder.requests) == 1
@@ -102,7 +84,7 @@ def test_recording_replayed_through_mock_transport(wid: str) -> None:
 def test_w05_forced_call_with_finish_stop_is_still_a_call() -> None:
     # W05: a complete call but finish_reason "stop" -> classified by what was parsed.
     w = wire("W05")
-    turn, _ = _complete(_provider(w, Recorder([recorded_response(w)]).client()))
+    turn, _ = _complete(provider_for_wire(w, Recorder([recorded_response(w)]).client()))
     assert turn.stop_reason.value == "tool_calls"
     assert turn.anomalies[0].detail == {"finish_reason": "stop", "parsed_tool_calls": 1}
 
@@ -114,7 +96,7 @@ def test_recording_replayed_through_a_real_local_server(wid: str) -> None:
         byte_server(w["status"], w["headers"], w["sse"].encode("utf-8")) as base,
         httpx.Client() as client,
     ):
-        provider = _provider(w, client, base)
+        provider = provider_for_wire(w, client, base)
         if w["status"] == 200:
             turn, _ = _complete(provider)
             assert_matches_expected(w, turn)
@@ -130,7 +112,7 @@ def test_error_recording_gives_the_typed_error(wid: str) -> None:
     # a JSON body to a stream request, not retried, no credential in the message.
     w = wire(wid)
     recorder = Recorder([recorded_response(w)])
-    provider = _provider(w, recorder.client())
+    provider = provider_for_wire(w, recorder.client())
     with pytest.raises(ProviderAPIError) as info:
         _complete(provider)
     exc = info.value
@@ -149,7 +131,9 @@ def test_recording_one_byte_per_chunk(wid: str) -> None:
     w = wire(wid)
     body = w["sse"].encode("utf-8")
     chunks = [body[i : i + 1] for i in range(len(body))]
-    turn, deltas = _complete(_provider(w, Recorder([recorded_response(w, chunks)]).client()))
+    turn, deltas = _complete(
+        provider_for_wire(w, Recorder([recorded_response(w, chunks)]).client())
+    )
     assert_matches_expected(w, turn)
     assert "".join(deltas) == w["expected"]["text"]
 
@@ -166,7 +150,7 @@ def test_recording_rechunked_at_random_byte_boundaries(wid: str, data: st.DataOb
     )
     bounds = [0, *cuts, len(body)]
     chunks = [body[a:b] for a, b in itertools.pairwise(bounds)]
-    turn, _ = _complete(_provider(w, Recorder([recorded_response(w, chunks)]).client()))
+    turn, _ = _complete(provider_for_wire(w, Recorder([recorded_response(w, chunks)]).client()))
     assert_matches_expected(w, turn)
 
 
