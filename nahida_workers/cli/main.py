@@ -20,10 +20,10 @@ from rich.console import Console
 
 from nahida_workers.cli import render
 from nahida_workers.cli.report import batch_report
-from nahida_workers.errors import NahidaError, NotFoundError, UserError
+from nahida_workers.errors import ConfigError, NahidaError, NotFoundError, UserError
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.spec import load_job
+from nahida_workers.runtime.spec import JobSpec, load_job
 from nahida_workers.runtime.wiring import EMBEDDED_URLS
 from nahida_workers.settings import Settings, load_settings
 
@@ -97,12 +97,23 @@ def batch(
     resume: Annotated[
         str | None, typer.Option(help="Resume an interrupted batch (same job and repos).")
     ] = None,
+    provider: Annotated[
+        str | None,
+        typer.Option(help="Override the job's provider: openai, anthropic or scripted."),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="Provider base URL (with --provider).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (with --provider).")] = None,
 ) -> None:
     """Run JOB once per repository; exit 0 only if every session completed."""
     from nahida_workers.cli.batch import BatchOptions, run_batch
 
+    spec = load_job(job)
+    if provider is not None:
+        spec = _with_provider(spec, provider, base_url, model)
     options = BatchOptions(
-        job=load_job(job),
+        job=spec,
         repos=_repos(repo, repos_from),
         local=local,
         workers=workers,
@@ -111,6 +122,45 @@ def batch(
         resume=resume,
     )
     raise typer.Exit(run_batch(options, _settings(local, db), console, err))
+
+
+def _with_provider(spec: JobSpec, kind: str, base_url: str | None, model: str | None) -> JobSpec:
+    """The job with its provider replaced (the script stays for ``scripted``)."""
+    current = dict(spec.provider)
+    if kind == "scripted":
+        provider: dict[str, Any] = {**current, "kind": "scripted"}
+    else:
+        provider = {"kind": kind, "model": model or current.get("model") or "scripted"}
+        if base_url:
+            provider["base_url"] = base_url
+    try:
+        return JobSpec.model_validate({**spec.model_dump(), "provider": provider})
+    except ValueError as exc:
+        raise ConfigError(f"invalid --provider override: {exc}") from None
+
+
+@app.command("mock-llm")
+def mock_llm(
+    script: Annotated[Path, typer.Option(help="A provider script, or a job file with one.")],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free port).")] = 8089,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+) -> None:
+    """Serve the OpenAI-compatible streaming API from a script, until Ctrl-C."""
+    import yaml
+
+    from nahida_workers.providers.mock_server import serve_mock_llm
+
+    try:
+        data = yaml.safe_load(script.read_text("utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {script}: {exc}") from None
+    if isinstance(data, dict) and "turns" not in data:
+        data = (data.get("provider") or {}).get("script")
+    if data is None:
+        raise ConfigError(f"{script} holds no provider script (turns)")
+    server = serve_mock_llm(data, host=host, port=port)
+    err.print(f"mock LLM serving {script} at {server.url} (OpenAI-compatible, streaming)")
+    server.run_forever()
 
 
 @app.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from nahida_workers.core.ordering import Batch
 from nahida_workers.runtime.calls import CallJob, Execution, execute_call
@@ -25,8 +25,13 @@ class ToolExecutor(Protocol):
     whatever order they finished in.  Never raises for a tool failure.
     """
 
-    def run_batch(self, batch: Batch, job: CallJob, registry: ToolRegistry) -> list[Execution]:
-        """Execute ``batch`` and gather its results in provider order."""
+    def run_batch(
+        self, batch: Batch, job: CallJob, registry: ToolRegistry, *, started: Any = None
+    ) -> list[Execution]:
+        """Execute ``batch`` and gather its results in provider order.
+
+        ``started``: calls of the batch already running (streaming pre-start).
+        """
         ...
 
 
@@ -36,6 +41,8 @@ class InlineExecutor:
     def __init__(self, now: Callable[[], datetime]) -> None:
         self._now = now
 
-    def run_batch(self, batch: Batch, job: CallJob, registry: ToolRegistry) -> list[Execution]:
-        """Execute the calls sequentially in provider order."""
+    def run_batch(
+        self, batch: Batch, job: CallJob, registry: ToolRegistry, *, started: Any = None
+    ) -> list[Execution]:
+        """Execute the calls sequentially in provider order (no pre-start here)."""
         return [execute_call(registry, call, job, self._now) for call in batch.calls]

@@ -123,11 +123,26 @@ class FanOutExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- the ToolExecutor protocol -------------------------------------------------
-    def run_batch(self, batch: Batch, job: CallJob, registry: ToolRegistry) -> list[Execution]:
-        """Execute ``batch`` and gather its executions in provider order."""
+    def run_batch(
+        self,
+        batch: Batch,
+        job: CallJob,
+        registry: ToolRegistry,
+        *,
+        started: Pending | None = None,
+    ) -> list[Execution]:
+        """Execute ``batch`` and gather its executions in provider order.
+
+        ``started`` holds calls of this batch already running (streaming
+        pre-start); they are gathered, not started again.
+        """
         if not batch.parallel:
             return [execute_call(registry, call, job, self._now) for call in batch.calls]
-        return self.gather(self.start(batch.calls, job, registry), job)
+        running = {s.call.call_id: s for s in (started.slots if started else [])}
+        missing = [c for c in batch.calls if c.call_id not in running]
+        fresh = {s.call.call_id: s for s in self.start(missing, job, registry).slots}
+        slots = [running.get(c.call_id) or fresh[c.call_id] for c in batch.calls]
+        return self.gather(Pending(slots), job)
 
     # -- fan-out ---------------------------------------------------------------------
     def start(self, calls: Sequence[ToolCall], job: CallJob, registry: ToolRegistry) -> Pending:
@@ -176,17 +191,20 @@ class FanOutExecutor:
             out.append(slot.execution)
         return out
 
-    def abort(self, slots: Sequence[_Slot]) -> None:
-        """Bump the executor epoch; revoke or cancel every slot still running.
+    def abort(self, slots: Sequence[_Slot], *, bump: bool = True) -> None:
+        """Revoke or cancel every slot still running; with ``bump``, a new epoch.
 
         Results that already arrived keep their value (they came in the
         current epoch); everything still outstanding becomes ``aborted``.
+        Without ``bump`` only these slots are aborted (calls dropped from a
+        pre-start); other calls in flight keep counting.
         """
         for slot in slots:
             if slot.execution is None:
                 self._poll(slot, 0.0)
-        for job in {id(s.job): s.job for s in slots}.values():
-            job.executor_epoch.bump()
+        if bump:
+            for job in {id(s.job): s.job for s in slots}.values():
+                job.executor_epoch.bump()
         outstanding = [s for s in slots if s.execution is None]
         for slot in outstanding:
             slot.cancel.set()
@@ -201,7 +219,10 @@ class FanOutExecutor:
         kept = [s for s in pending.slots if keep(s.call)]
         dropped = [s for s in pending.slots if not keep(s.call)]
         if dropped:
-            self.abort(dropped)
+            self.abort(dropped, bump=False)
+            for slot in dropped:  # even one that had finished is never used
+                slot.execution = None
+                self._settle(slot, None)
         return Pending(kept)
 
     # -- internals --------------------------------------------------------------------

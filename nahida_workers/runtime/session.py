@@ -66,7 +66,9 @@ from nahida_workers.errors import (
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
 from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.executor import ToolExecutor
+from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
+from nahida_workers.runtime.prestart import PreStart
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 
@@ -103,6 +105,8 @@ class SessionRunner:
         registry_for: builds the tool registry of a session spec.
         executor: runs tool batches.
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
+        prestart: start read-only concurrency-safe calls while the provider
+            still streams (needs a fan-out executor; see ``runtime/prestart.py``).
     """
 
     ledger: Ledger[Any]
@@ -112,6 +116,7 @@ class SessionRunner:
     registry_for: Callable[[SessionSpec], ToolRegistry]
     executor: ToolExecutor
     lease_ttl_ms: int = 30_000
+    prestart: bool = True
 
     def run(self, session_id: str) -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
@@ -155,6 +160,7 @@ class _Owned:
         self.session = session
         self.fence = fence
         self.heartbeat = heartbeat
+        self._prestarted: PreStart | None = None
         self._cancel_checked_at = 0.0
         self._cancel_seen = session.cancel_requested_at is not None
 
@@ -287,14 +293,26 @@ class _Owned:
                 case Persist(events=events):
                     self.commit(state, events)
                 case CallProvider(request=request):
+                    prestart = self._prestart(job, registry)
                     try:
-                        turn = provider.complete(request)
+                        turn = provider.complete(
+                            request, on_tool_call=prestart.offer if prestart else None
+                        )
+                        self.commit(state, turn_events(state, turn, now=self.r.clock.now()))
                     except ProviderError as exc:
+                        if prestart:
+                            prestart.abort()
                         self.seal(state, run, _provider_failure(exc))
                         return
-                    self.commit(state, turn_events(state, turn, now=self.r.clock.now()))
+                    except BaseException:
+                        if prestart:
+                            prestart.abort()  # the turn is not committed: nothing it started counts
+                        raise
+                    self._prestarted = prestart
                 case RunBatch(batch=batch):
-                    executions = self.r.executor.run_batch(batch, job, registry)
+                    started = self._prestarted.take(batch) if self._prestarted else None
+                    self._prestarted = None
+                    executions = self.r.executor.run_batch(batch, job, registry, started=started)
                     events = result_events(
                         state, [e.result for e in executions], now=self.r.clock.now()
                     )
@@ -317,6 +335,12 @@ class _Owned:
                             ),
                         )
                         return
+
+    def _prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart | None:
+        """A pre-start for the next provider turn, when the executor can fan out."""
+        if isinstance(self.r.executor, FanOutExecutor) and self.r.prestart:
+            return PreStart(self.r.executor, job, registry)
+        return None
 
     def _cancel_requested(self) -> bool:
         session = self.r.ledger.get_session(self.session.session_id)

@@ -50,7 +50,9 @@ def test_a_config_error_ends_the_run_failed_invalid_config(
 class _Broken:
     name = model = "broken"
 
-    def complete(self, request: ProviderRequest, *, on_text: Any = None) -> ProviderTurn:
+    def complete(
+        self, request: ProviderRequest, *, on_text: Any = None, on_tool_call: Any = None
+    ) -> ProviderTurn:
         raise RuntimeError("a bug in an adapter")
 
 

@@ -1,0 +1,99 @@
+"""Streaming pre-start: start safe calls while the provider is still streaming.
+
+DESIGN.md section 3 and issue 3 item 6.  While the stream is open the
+provider reports each tool call whose arguments are complete; a call may be
+started early only if its tool is read-only AND concurrency-safe (being
+concurrency-safe alone is not enough) and no exclusive call came before it
+in this turn -- the first exclusive call closes pre-start for the turn.
+
+A pre-started call is only a head start.  The turn is still committed first
+(step 3), and the calls run as the turn's first batch: a call the committed
+turn holds with the same id and the same input fingerprint takes its
+pre-started execution; every other pre-started call (a retried or fallen-back
+stream that changed, a renamed id, a failed commit) is aborted with the
+executor epoch bumped, so its result is never committed as a success.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from nahida_workers.core.events import input_fingerprint
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.ordering import Batch
+from nahida_workers.runtime.calls import CallJob
+from nahida_workers.runtime.fanout import FanOutExecutor, Pending
+from nahida_workers.tools.base import ToolRegistry
+
+__all__ = ["PreStart"]
+
+log = logging.getLogger(__name__)
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    return call.call_id, input_fingerprint(call.arguments)
+
+
+class PreStart:
+    """The calls one provider turn started early.
+
+    Args:
+        executor: the fan-out executor (it owns the pool and the tools queue).
+        job / registry: where and with which tools the calls run.
+    """
+
+    def __init__(self, executor: FanOutExecutor, job: CallJob, registry: ToolRegistry) -> None:
+        self._executor = executor
+        self._job = job
+        self._registry = registry
+        self._pending = Pending()
+        self._keys: set[tuple[str, str]] = set()
+        self._closed = False
+
+    @property
+    def started(self) -> list[str]:
+        """Ids of the calls started early, in order."""
+        return self._pending.call_ids
+
+    def offer(self, call: ToolCall) -> None:
+        """The provider's ``on_tool_call``: start ``call`` now if the rules allow."""
+        if self._closed:
+            return
+        tool = self._registry.get(call.name)
+        if tool is None or not (tool.spec.read_only and tool.spec.concurrency_safe):
+            self._closed = True  # an exclusive (or unknown) call: nothing after it starts early
+            return
+        if call.arguments_error is not None or _key(call) in self._keys:
+            return
+        started = self._executor.start([call], self._job, self._registry)
+        self._pending.slots.extend(started.slots)
+        self._keys.add(_key(call))
+
+    def take(self, batch: Batch) -> Pending:
+        """The pre-started executions of ``batch``'s calls; the rest is aborted.
+
+        Called once, for the turn's first batch: pre-start only ever starts
+        calls that precede the turn's first exclusive call, which is exactly
+        the first batch.
+        """
+        wanted = {_key(c) for c in batch.calls} if batch.parallel else set()
+        kept = self._executor.discard(self._pending, lambda c: _key(c) in wanted)
+        self._pending = Pending()
+        self._closed = True
+        dropped = len(self._keys) - len(kept.slots)
+        if dropped:
+            log.info("pre-start: %d call(s) not in the committed turn were aborted", dropped)
+        return kept
+
+    def abort(self) -> None:
+        """Abort everything started (the turn was not committed)."""
+        if self._pending.slots:
+            self._executor.discard(self._pending, lambda _c: False)
+        self._pending = Pending()
+        self._closed = True
+
+
+def calls_of(pending: Pending) -> Sequence[ToolCall]:
+    """The calls of a pending set, in order."""
+    return [slot.call for slot in pending.slots]
