@@ -34,9 +34,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "socket_timeout": 10,
             "socket_connect_timeout": 5,
         }
-        if settings.broker_key_prefix:
-            # Separate fleets (and test runs) can share one Redis database.
-            transport["global_keyprefix"] = settings.broker_key_prefix
+    elif settings.broker_url.startswith("memory://"):
+        # The in-process broker is polled; kombu's 1 s default made embedded
+        # sessions wait a second in the queue.
+        transport = {"polling_interval": 0.01}
+    if settings.broker_url.startswith(("redis://", "rediss://")) and settings.broker_key_prefix:
+        # Separate fleets (and test runs) can share one Redis database.
+        transport["global_keyprefix"] = settings.broker_key_prefix
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend_url,
