@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nahida_workers.core.compaction import compact
 from nahida_workers.core.events import (
     CompletionContract,
     Event,
@@ -25,6 +26,7 @@ from nahida_workers.core.events import (
 )
 from nahida_workers.core.messages import (
     Anomaly,
+    Message,
     ProviderRequest,
     ProviderTurn,
     ToolCall,
@@ -69,6 +71,7 @@ class LoopConfig:
         max_steps: provider turns before the run ends ``incomplete``.
         wall_clock_budget_s: seconds of run time before ``incomplete``.
         max_output_tokens: cap per provider reply, in tokens.
+        context_budget_tokens: compact the transcript to this many tokens.
     """
 
     system_prompt: str | None = None
@@ -79,6 +82,7 @@ class LoopConfig:
     max_steps: int = 50
     wall_clock_budget_s: float = 3600.0
     max_output_tokens: int | None = None
+    context_budget_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -205,12 +209,19 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
             run_id=state.run_id,
             turn_index=state.turns,
             system=config.system_prompt,
-            messages=tuple(project(state.events, memo=state.memo)),
+            messages=tuple(_transcript(state, config)),
             tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
             tool_choice=config.tool_choice,
             max_output_tokens=config.max_output_tokens,
         )
     )
+
+
+def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
+    messages = project(state.events, memo=state.memo)
+    if config.context_budget_tokens is None:
+        return messages
+    return compact(messages, config.context_budget_tokens)
 
 
 def _finish(

@@ -265,6 +265,7 @@ class _Owned:
             max_steps=self.spec.limits.max_steps,
             wall_clock_budget_s=self.spec.limits.wall_clock_budget_s,
             max_output_tokens=self.spec.limits.max_output_tokens,
+            context_budget_tokens=self.spec.limits.context_budget_tokens,
         )
         job = CallJob(
             run_id=run.run_id,

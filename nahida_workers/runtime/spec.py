@@ -36,6 +36,8 @@ class Limits(_Spec):
         max_steps: provider turns before ``incomplete/max_steps``.
         wall_clock_budget_s: seconds of run time before ``incomplete/budget_exhausted``.
         max_output_tokens: cap per provider reply, in tokens.
+        context_budget_tokens: the transcript sent to the provider is compacted
+            to about this many tokens (None: never compact).
         tool_output_max_bytes: cap on one tool result the model sees, in bytes.
         bash_timeout_s: default Bash timeout, in seconds.
     """
@@ -43,6 +45,7 @@ class Limits(_Spec):
     max_steps: int = Field(50, ge=1)
     wall_clock_budget_s: float = Field(3600.0, gt=0)
     max_output_tokens: int | None = Field(None, ge=1)
+    context_budget_tokens: int | None = Field(120_000, ge=1000)
     tool_output_max_bytes: int = Field(64 * 1024, ge=1024)
     bash_timeout_s: float = Field(120.0, gt=0)
 
