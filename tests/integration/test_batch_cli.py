@@ -218,3 +218,33 @@ def test_resume_finishes_an_interrupted_batch_without_rerunning_finished_session
     assert sorted(ran) == ["r0", "r1", "r2"], "each session ran exactly once"
     report = json.loads((tmp_path / "rep.json").read_text())
     assert report["batch_id"] == batch_id and report["summary"] == {"completed": 3}
+
+
+def test_distributed_batch_through_the_openai_adapter_against_mock_llm(
+    fleet: Fleet, pg: SqlLedger, tmp_path: Path
+) -> None:
+    """Issue 4: the survey runs distributed through --provider openai against
+    `nahida mock-llm` (the real adapter, SSE over HTTP), every session completed."""
+    import yaml
+
+    from nahida_workers.providers.mock_server import serve_mock_llm
+
+    script = yaml.safe_load(SURVEY.read_text())["provider"]["script"]
+    repos = _repos(tmp_path, 4)
+    with serve_mock_llm(script) as server:
+        fleet.start_worker(queues="sessions", name="s1")
+        fleet.start_worker(queues="sessions", name="s2")
+        fleet.start_worker(queues="tools", concurrency=4, name="t1")
+        report_path = tmp_path / "report.json"
+        args = ["batch", str(SURVEY), "--report", str(report_path), "--provider", "openai",
+                "--base-url", server.url, "--model", "mock"]
+        for repo in repos:
+            args += ["--repo", str(repo)]
+        done = _nahida(args, fleet.env(), tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(server.requests) == 3 * len(repos)
+        assert all(r["stream"] is True for r in server.requests)
+    report = json.loads(report_path.read_text())
+    _check_survey_report(report, repos)
+    run = pg.get_run(report["sessions"][0]["run_id"])
+    assert run is not None and run.provider == "openai"
