@@ -48,10 +48,10 @@ from nahida_workers.ports import SystemClock
 from nahida_workers.runtime.calls import CallJob, Execution, execute_call
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.fanout import FanOutExecutor
-from nahida_workers.runtime.wiring import build_registry
+from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.testing import ListTaskQueue, scripted_spec
 from tasks.celeryconfig import RUN_TOOL_CALL, celery_config
-from tasks.tools import CeleryRemoteTools
+from tasks.tools import CeleryRemoteTools, ToolResultChannel
 
 SLEEP = "nahida_workers.testing_tools:Sleep"
 SLEEP_LOCAL = "nahida_workers.testing_tools:SleepLocal"
@@ -92,8 +92,11 @@ class Rig:
         # A publisher app with the worker's settings (as Fleet.dispatcher builds one).
         self.app = Celery("nahida-bench-fanout", set_as_current=False)
         self.app.conf.update(celery_config(settings))
+        channel = ToolResultChannel(redis_client(settings), prefix=settings.redis_key_prefix)
         self.executor = FanOutExecutor(
-            now=clock.now, local_threads=local_threads, remote=CeleryRemoteTools(self.app)
+            now=clock.now,
+            local_threads=local_threads,
+            remote=CeleryRemoteTools(self.app, channel),
         )
         self.now = clock.now
         self.remote_calls = 0

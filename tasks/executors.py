@@ -18,9 +18,13 @@ def executor_for(app: Celery, settings: Settings) -> ToolExecutor:
     With ``remote_tools`` off (the embedded mode, where one process serves
     every queue) ``remote`` placement runs in the local pool instead.
     """
-    from tasks.tools import CeleryRemoteTools
+    from nahida_workers.runtime.wiring import redis_client
+    from tasks.tools import CeleryRemoteTools, ToolResultChannel
 
-    remote = CeleryRemoteTools(app) if settings.remote_tools else None
+    remote = None
+    if settings.remote_tools:
+        channel = ToolResultChannel(redis_client(settings), prefix=settings.redis_key_prefix)
+        remote = CeleryRemoteTools(app, channel)
     return FanOutExecutor(
         now=SystemClock().now, local_threads=settings.local_tool_threads, remote=remote
     )

@@ -8,14 +8,14 @@ worker still gathers exactly one result per call.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeout
-from celery.result import AsyncResult
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
@@ -28,12 +28,13 @@ from nahida_workers.runtime.calls import (
     execution_to_json,
     not_run,
 )
-from nahida_workers.runtime.wiring import build_registry
+from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.settings import TOOLS_QUEUE
+from nahida_workers.tools.base import ToolRegistry
 from tasks.app import app, fleet, settings
 from tasks.celeryconfig import RUN_TOOL_CALL
 
-__all__ = ["CeleryRemoteTools", "run_tool_call"]
+__all__ = ["CeleryRemoteTools", "ToolResultChannel", "run_tool_call"]
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,59 @@ def tool_payload(call: ToolCall, job: CallJob, executor_epoch: int) -> dict[str,
     }
 
 
-@app.task(name=RUN_TOOL_CALL, acks_late=True, reject_on_worker_lost=True)
+#: Seconds a tool result waits in Redis for its session worker.
+RESULT_TTL_S = 600
+
+
+class ToolResultChannel:
+    """Where a tool worker hands a result back: one Redis list per task id.
+
+    ``RPUSH`` + ``EXPIRE`` by the tool worker, ``BLPOP`` by the session
+    worker.  Celery's Redis result backend is not used for this: its pubsub
+    consumer keeps a subscription per task that is never drained when a
+    result is read directly, and a session worker fanning out thousands of
+    calls grew without bound (celery/celery#6963).  A redelivered task pushes
+    a second copy that nobody pops; it expires with the key.
+    """
+
+    def __init__(self, client: Any, *, prefix: str = "") -> None:
+        self._client = client
+        self._prefix = prefix + "tool-result:"
+
+    def push(self, task_id: str, value: dict[str, Any]) -> None:
+        """Hand ``value`` to the waiting session worker."""
+        key = self._prefix + task_id
+        pipe = self._client.pipeline()
+        pipe.rpush(key, json.dumps(value))
+        pipe.expire(key, RESULT_TTL_S)
+        pipe.execute()
+
+    def pop(self, task_id: str, timeout_s: float) -> dict[str, Any] | None:
+        """The result, waiting at most ``timeout_s`` seconds (0: do not wait)."""
+        key = self._prefix + task_id
+        if timeout_s <= 0:
+            raw = self._client.lpop(key)
+        else:
+            got = self._client.blpop([key], timeout=max(timeout_s, 0.01))
+            raw = got[1] if got else None
+        return None if raw is None else dict(json.loads(raw))
+
+
+@functools.lru_cache(maxsize=64)
+def _registry(tools: tuple[str, ...], bash_timeout_s: float) -> ToolRegistry:
+    """The registry a session with these tools uses (built once per worker process)."""
+    return build_registry(tools, settings(), bash_timeout_s=bash_timeout_s)
+
+
+@functools.lru_cache(maxsize=1)
+def _channel() -> ToolResultChannel:
+    current = settings()
+    return ToolResultChannel(redis_client(current), prefix=current.redis_key_prefix)
+
+
+@app.task(name=RUN_TOOL_CALL, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
-    """Run one fanned-out call; return ``{"executor_epoch", "execution"}``.
+    """Run one fanned-out call; push ``{"executor_epoch", "execution"}`` to its channel.
 
     The task carries the session's fencing epoch: a call sent by an owner that
     has since lost the session is not run (it comes back ``aborted``).
@@ -72,7 +123,7 @@ def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
         bash_timeout_s=float(payload["bash_timeout_s"]),
     )
     session = current.ledger.get_session(job.session_id)
-    registry = build_registry(job.tools, settings(), bash_timeout_s=job.bash_timeout_s)
+    registry = _registry(job.tools, job.bash_timeout_s)
     tool = registry.get(call.name)
     if session is None or session.lease_epoch != job.epoch:
         log.warning("call %s: fencing epoch %s is stale; not run", call.call_id, job.epoch)
@@ -95,14 +146,17 @@ def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         execution = execute_call(registry, call, job, current.clock.now)
-    return {"executor_epoch": payload["executor_epoch"], "execution": execution_to_json(execution)}
+    value = {"executor_epoch": payload["executor_epoch"], "execution": execution_to_json(execution)}
+    _channel().push(run_tool_call.request.id, value)
+    return value
 
 
 class CeleryRemoteTools:
     """The :class:`~nahida_workers.runtime.fanout.RemoteTools` port over Celery."""
 
-    def __init__(self, celery_app: Celery) -> None:
+    def __init__(self, celery_app: Celery, channel: ToolResultChannel) -> None:
         self._app = celery_app
+        self._channel = channel
 
     def submit(self, call: ToolCall, job: CallJob, *, task_id: str, executor_epoch: int) -> None:
         """Publish the call on the ``tools`` queue under a deterministic task id."""
@@ -114,21 +168,10 @@ class CeleryRemoteTools:
         )
 
     def wait(self, task_id: str, timeout_s: float) -> tuple[int, Execution] | None:
-        """The task's result if it arrives within ``timeout_s`` seconds, else None.
-
-        Raises:
-            Exception: the task itself failed (the caller turns it into an error result).
-        """
-        result = AsyncResult(task_id, app=self._app)
-        if timeout_s <= 0 and not result.ready():
+        """The task's result if it arrives within ``timeout_s`` seconds, else None."""
+        value = self._channel.pop(task_id, timeout_s)
+        if value is None:
             return None
-        try:
-            value = result.get(
-                timeout=max(timeout_s, 0.001), propagate=True, disable_sync_subtasks=False
-            )
-        except CeleryTimeout:
-            return None
-        result.forget()
         return int(value["executor_epoch"]), execution_from_json(value["execution"])
 
     def revoke(self, task_ids: Sequence[str]) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "build_fleet",
     "lease_store",
     "load_tool",
+    "redis_client",
     "registry_for",
 ]
 
@@ -57,8 +58,12 @@ _fake_server_lock = threading.Lock()
 _fake_server: Any = None
 
 
-def lease_store(settings: Settings) -> RedisLeaseStore:
-    """The lease store for ``settings.redis_url`` (``fakeredis://`` = in-process)."""
+def redis_client(settings: Settings) -> Any:
+    """A client for ``settings.redis_url`` (``fakeredis://`` = one in-process server).
+
+    Socket timeouts are seconds: a Redis that stops answering fails a call
+    instead of hanging a worker.
+    """
     global _fake_server
     if settings.redis_url.startswith("fakeredis://"):
         import fakeredis
@@ -66,9 +71,15 @@ def lease_store(settings: Settings) -> RedisLeaseStore:
         with _fake_server_lock:
             if _fake_server is None:
                 _fake_server = fakeredis.FakeServer()
-        client = fakeredis.FakeRedis(server=_fake_server)
-        return RedisLeaseStore(client, key_prefix=settings.redis_key_prefix)
-    return RedisLeaseStore.from_url(settings.redis_url, key_prefix=settings.redis_key_prefix)
+        return fakeredis.FakeRedis(server=_fake_server)
+    import redis
+
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def lease_store(settings: Settings) -> RedisLeaseStore:
+    """The lease store for ``settings.redis_url``."""
+    return RedisLeaseStore(redis_client(settings), key_prefix=settings.redis_key_prefix)
 
 
 def load_tool(path: str) -> Tool:
