@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.compaction import compact
+from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
     Event,
@@ -221,7 +221,15 @@ def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
     messages = project(state.events, memo=state.memo)
     if config.context_budget_tokens is None:
         return messages
-    return compact(messages, config.context_budget_tokens)
+    known = state.token_estimates
+
+    def estimate(message: Message) -> int:
+        hit = known.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = known[id(message)] = (message, estimate_tokens(message))
+        return int(hit[1])
+
+    return compact(messages, config.context_budget_tokens, estimate=estimate)
 
 
 def _finish(

@@ -32,6 +32,8 @@ class RunState:
         turns: committed provider turns (``assistant_output`` events).
         terminal: the terminal event once committed.
         memo: messages already projected from these (immutable) events.
+        token_estimates: token estimate per message, keyed by ``id`` and holding
+            the message itself so an id is never reused while cached.
     """
 
     run_id: str
@@ -42,6 +44,7 @@ class RunState:
     turns: int = 0
     terminal: Event | None = None
     memo: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False)
+    token_estimates: dict[int, tuple[Any, int]] = field(default_factory=dict, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
 
     @classmethod
