@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nahida_workers.core.bounds import BoundLimits, BoundPrompt, BoundStop, check_bounds
 from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
@@ -29,25 +30,36 @@ from nahida_workers.core.messages import (
     Message,
     ProviderRequest,
     ProviderTurn,
+    StopReason,
     ToolCall,
     ToolChoice,
     ToolSchema,
 )
 from nahida_workers.core.ordering import Batch, plan_batches
 from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_payload, result_payload
-from nahida_workers.core.policy import CandidateContext, Correct, Settle, evaluate_candidate
+from nahida_workers.core.policy import (
+    CandidateContext,
+    ContinueWithInbox,
+    Correct,
+    PolicyLimits,
+    RunStopHooks,
+    Settle,
+    evaluate_candidate,
+)
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import orphan_calls, project
 
 __all__ = [
     "CallProvider",
     "CallResult",
+    "ClaimInbox",
     "Decision",
     "Done",
     "Finish",
     "LoopConfig",
     "Persist",
     "RunBatch",
+    "RunHooks",
     "Signals",
     "decide",
     "final_text_for",
@@ -72,6 +84,9 @@ class LoopConfig:
         wall_clock_budget_s: seconds of run time before ``incomplete``.
         max_output_tokens: cap per provider reply, in tokens.
         context_budget_tokens: compact the transcript to this many tokens.
+        policy: correction bounds of the completion pipeline.
+        bounds: loop bounds (repeats, failures, truncation, token budget).
+        stop_hooks: the session has stop hooks (the runtime runs them).
     """
 
     system_prompt: str | None = None
@@ -83,6 +98,9 @@ class LoopConfig:
     wall_clock_budget_s: float = 3600.0
     max_output_tokens: int | None = None
     context_budget_tokens: int | None = None
+    policy: PolicyLimits = field(default_factory=PolicyLimits)
+    bounds: BoundLimits = field(default_factory=BoundLimits)
+    stop_hooks: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,11 +111,13 @@ class Signals:
         now: current UTC time (stamped on events).
         cancel_requested: the session's cancel flag is set.
         elapsed_s: seconds this run has been executing.
+        pending_steering: unclaimed steering messages in the session inbox.
     """
 
     now: datetime
     cancel_requested: bool = False
     elapsed_s: float = 0.0
+    pending_steering: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,11 +152,28 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class RunHooks:
+    """Run the session's stop hooks on the candidate answer; commit their verdict.
+
+    ``candidate_seq`` is the candidate's ``assistant_output`` sequence, ``answer``
+    its text (what the hooks judge).
+    """
+
+    candidate_seq: int
+    answer: str
+
+
+@dataclass(frozen=True)
+class ClaimInbox:
+    """Claim the pending steering messages and commit them as user input."""
+
+
+@dataclass(frozen=True)
 class Done:
     """The run is already terminal; nothing to do."""
 
 
-Decision = CallProvider | RunBatch | Persist | Finish | Done
+Decision = CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done
 
 
 @dataclass(frozen=True)
@@ -199,11 +236,24 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         and last.type is EventType.ASSISTANT_OUTPUT
         and not last.payload.get("call_ids")
     ):
-        return _judge_candidate(state, config, signals, str(last.payload.get("text", "")))
+        if last.payload.get("stop_reason") == StopReason.MAX_TOKENS.value:
+            return _truncated(state, config, signals)
+        return _judge_candidate(state, config, signals, last)
     if state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
     if signals.elapsed_s >= config.wall_clock_budget_s:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.BUDGET_EXHAUSTED)
+    bound = check_bounds(state, config.bounds)
+    if isinstance(bound, BoundStop):
+        return _finish(bound.state, bound.reason)
+    if isinstance(bound, BoundPrompt):
+        return _prompt(
+            state,
+            signals,
+            {"kind": "bound", "bound": bound.bound, "key": bound.key},
+            bound.text,
+            "bound",
+        )
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,
@@ -214,6 +264,43 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
             tool_choice=config.tool_choice,
             max_output_tokens=config.max_output_tokens,
         )
+    )
+
+
+def _prompt(
+    state: RunState, signals: Signals, control: dict[str, Any], text: str, source: str
+) -> Persist:
+    """A control event and the user input it injects, committed together."""
+    return Persist(
+        (
+            _event(state, 0, EventType.CONTROL, control, signals.now),
+            _event(
+                state,
+                1,
+                EventType.USER_INPUT,
+                {"text": text, "source": source, "message_id": None},
+                signals.now,
+            ),
+        )
+    )
+
+
+def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
+    """A reply cut off by the output token limit: recover up to N times, then incomplete."""
+    done = sum(
+        1
+        for e in state.events
+        if e.type is EventType.CONTROL and e.payload.get("kind") == "truncation"
+    )
+    if done >= config.bounds.truncation_recoveries or state.turns >= config.max_steps:
+        return _finish(TerminalState.INCOMPLETE, ReasonCode.TRUNCATION_EXHAUSTED)
+    return _prompt(
+        state,
+        signals,
+        {"kind": "truncation", "attempt": done + 1},
+        "Your reply was cut off at the output token limit. Continue exactly where it "
+        "stopped; do not repeat what you already wrote. Be more concise.",
+        "bound",
     )
 
 
@@ -239,34 +326,39 @@ def _finish(
 
 
 def _judge_candidate(
-    state: RunState, config: LoopConfig, signals: Signals, answer: str
+    state: RunState, config: LoopConfig, signals: Signals, candidate: Event
 ) -> Decision:
     action = evaluate_candidate(
-        CandidateContext(state=state, contract=config.contract, tool_choice=config.tool_choice)
-    )
-    if isinstance(action, Settle):
-        return _finish(action.state, action.reason, answer)
-    assert isinstance(action, Correct)
-    if state.turns >= config.max_steps:
-        return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
-    return Persist(
-        (
-            _event(
-                state,
-                0,
-                EventType.CONTROL,
-                {"kind": "correction", "stage": action.stage},
-                signals.now,
-            ),
-            _event(
-                state,
-                1,
-                EventType.USER_INPUT,
-                {"text": action.text, "source": "correction", "message_id": None},
-                signals.now,
-            ),
+        CandidateContext(
+            state=state,
+            candidate=candidate,
+            contract=config.contract,
+            tool_choice=config.tool_choice,
+            limits=config.policy,
+            pending_steering=signals.pending_steering,
+            stop_hooks=config.stop_hooks,
         )
     )
+    answer = str(candidate.payload.get("text", ""))
+    match action:
+        case Settle():
+            return _finish(action.state, action.reason, answer)
+        case ContinueWithInbox():
+            return ClaimInbox()
+        case RunStopHooks():
+            return RunHooks(action.candidate_seq, answer)
+        case Correct():
+            if state.turns >= config.max_steps:
+                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+            return _prompt(
+                state,
+                signals,
+                {"kind": "correction", "stage": action.stage},
+                action.text,
+                "correction",
+            )
+        case _:  # Accept never leaves evaluate_candidate
+            raise AssertionError(f"unexpected policy action {action!r}")
 
 
 def _unique_ids(state: RunState, calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:

@@ -28,6 +28,7 @@ class RunState:
         events: committed events in sequence order.
         calls: committed tool calls by id, in provider order.
         results: committed tool_result payloads by call id.
+        result_seq: the sequence of each call's tool_result (ledger order).
         receipts: committed receipts by call id.
         turns: committed provider turns (``assistant_output`` events).
         terminal: the terminal event once committed.
@@ -40,6 +41,7 @@ class RunState:
     events: list[Event] = field(default_factory=list)
     calls: dict[str, ToolCall] = field(default_factory=dict)
     results: dict[str, dict[str, object]] = field(default_factory=dict)
+    result_seq: dict[str, int] = field(default_factory=dict)
     receipts: dict[str, ExecutionReceipt] = field(default_factory=dict)
     turns: int = 0
     terminal: Event | None = None
@@ -81,6 +83,7 @@ class RunState:
             self._last_turn_calls.append(call.call_id)
         elif event.type is EventType.TOOL_RESULT and event.call_id is not None:
             self.results[event.call_id] = dict(event.payload)
+            self.result_seq[event.call_id] = event.sequence
         elif event.type is EventType.TERMINAL:
             self.terminal = event
 

@@ -24,12 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import ValidationError
 
 from nahida_workers.core.events import (
     Event,
+    EventType,
     ExecutionReceipt,
     FailureCode,
     ReasonCode,
@@ -38,11 +39,13 @@ from nahida_workers.core.events import (
 )
 from nahida_workers.core.loop import (
     CallProvider,
+    ClaimInbox,
     Done,
     Finish,
     LoopConfig,
     Persist,
     RunBatch,
+    RunHooks,
     Signals,
     decide,
     final_text_for,
@@ -68,8 +71,9 @@ from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.executor import ToolExecutor
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
+from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.prestart import PreStart
-from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
 __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
@@ -266,6 +270,9 @@ class _Owned:
             wall_clock_budget_s=self.spec.limits.wall_clock_budget_s,
             max_output_tokens=self.spec.limits.max_output_tokens,
             context_budget_tokens=self.spec.limits.context_budget_tokens,
+            policy=policy_limits(self.spec.limits),
+            bounds=bound_limits(self.spec.limits),
+            stop_hooks=bool(self.spec.stop_hooks),
         )
         job = CallJob(
             run_id=run.run_id,
@@ -336,6 +343,40 @@ class _Owned:
                             ),
                         )
                         return
+                case RunHooks(candidate_seq=candidate, answer=answer):
+                    self.commit(state, [self._stop_hook_event(state, run, candidate, answer)])
+                case ClaimInbox():
+                    raise AssertionError("pending steering is only signalled once an inbox exists")
+                case unreachable:
+                    assert_never(unreachable)
+
+    def _stop_hook_event(
+        self, state: RunState, run: RunRecord, candidate: int, answer: str
+    ) -> Event:
+        """Run the stop hooks on a candidate answer; their verdict as a control event."""
+        verdict = run_stop_hooks(
+            self.spec.stop_hooks,
+            StopHookContext(
+                session_id=self.session.session_id,
+                run_id=run.run_id,
+                answer=answer,
+                workspace=Path(self.session.workspace),
+            ),
+            timeout_s=self.spec.limits.stop_hook_timeout_s,
+        )
+        return Event(
+            run_id=run.run_id,
+            sequence=state.next_sequence,
+            type=EventType.CONTROL,
+            payload={
+                "kind": "stop_hook",
+                "candidate": candidate,
+                "verdict": verdict.verdict,
+                "message": verdict.message,
+                "hook": verdict.hook,
+            },
+            created_at=self.r.clock.now(),
+        )
 
     def _prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart | None:
         """A pre-start for the next provider turn, when the executor can fan out."""

@@ -15,11 +15,21 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nahida_workers.core.bounds import BoundLimits
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
+from nahida_workers.core.policy import PolicyLimits
 from nahida_workers.errors import ConfigError
 
-__all__ = ["DEFAULT_TOOLS", "JobSpec", "Limits", "SessionSpec", "load_job"]
+__all__ = [
+    "DEFAULT_TOOLS",
+    "JobSpec",
+    "Limits",
+    "SessionSpec",
+    "bound_limits",
+    "load_job",
+    "policy_limits",
+]
 
 #: Tools a job gets when it names none.
 DEFAULT_TOOLS = ("Read", "Glob", "Grep", "LS", "Bash", "Write", "Edit")
@@ -40,6 +50,15 @@ class Limits(_Spec):
             to about this many tokens (None: never compact).
         tool_output_max_bytes: cap on one tool result the model sees, in bytes.
         bash_timeout_s: default Bash timeout, in seconds.
+        token_budget: provider-reported tokens (input + output) before
+            ``incomplete/budget_exhausted``.
+        repeated_text_at / action_prompt_at / action_stop_at /
+        tool_failure_hint_at / truncation_recoveries: the loop bounds of
+            DESIGN.md section 6 (see ``core/bounds.py``).
+        *_corrections / stop_hook_continuations: how many extra turns each
+            completion stage may ask for (see ``core/policy``).
+        stop_hook_timeout_s: seconds a stop hook may take before it counts as
+            "allow".
     """
 
     max_steps: int = Field(50, ge=1)
@@ -48,6 +67,18 @@ class Limits(_Spec):
     context_budget_tokens: int | None = Field(120_000, ge=1000)
     tool_output_max_bytes: int = Field(64 * 1024, ge=1024)
     bash_timeout_s: float = Field(120.0, gt=0)
+    token_budget: int | None = Field(None, ge=1)
+    repeated_text_at: int = Field(3, ge=2)
+    action_prompt_at: int = Field(8, ge=2)
+    action_stop_at: int = Field(16, ge=2)
+    tool_failure_hint_at: int = Field(3, ge=1)
+    truncation_recoveries: int = Field(3, ge=0)
+    evidence_corrections: int = Field(1, ge=0)
+    intent_corrections: int = Field(2, ge=0)
+    structured_corrections: int = Field(2, ge=0)
+    verification_corrections: int = Field(1, ge=0)
+    stop_hook_continuations: int = Field(3, ge=0)
+    stop_hook_timeout_s: float = Field(10.0, gt=0)
 
 
 class SessionSpec(_Spec):
@@ -63,6 +94,8 @@ class SessionSpec(_Spec):
         tool_choice: auto / required / none.
         contract: the completion contract.
         limits: run bounds.
+        stop_hooks: ``module:function`` paths of stop hooks (see
+            ``runtime/hooks.py``).
     """
 
     prompt: str
@@ -73,6 +106,7 @@ class SessionSpec(_Spec):
     tool_choice: ToolChoice = ToolChoice.AUTO
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits = Field(default_factory=Limits)
+    stop_hooks: tuple[str, ...] = ()
 
 
 class JobSpec(SessionSpec):
@@ -115,3 +149,26 @@ def load_job(path: str | Path) -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"invalid job file {path}:\n{exc}") from None
+
+
+def policy_limits(limits: Limits) -> PolicyLimits:
+    """The completion pipeline's correction bounds of a job's limits."""
+    return PolicyLimits(
+        evidence_corrections=limits.evidence_corrections,
+        intent_corrections=limits.intent_corrections,
+        structured_corrections=limits.structured_corrections,
+        verification_corrections=limits.verification_corrections,
+        stop_hook_continuations=limits.stop_hook_continuations,
+    )
+
+
+def bound_limits(limits: Limits) -> BoundLimits:
+    """The loop bounds of a job's limits."""
+    return BoundLimits(
+        repeated_text_at=limits.repeated_text_at,
+        action_prompt_at=limits.action_prompt_at,
+        action_stop_at=limits.action_stop_at,
+        tool_failure_hint_at=limits.tool_failure_hint_at,
+        truncation_recoveries=limits.truncation_recoveries,
+        token_budget=limits.token_budget,
+    )

@@ -35,6 +35,7 @@ from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
 from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Placement, Tool, ToolRegistry
+from nahida_workers.tools.structured import StructuredOutput
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -100,10 +101,17 @@ def load_tool(path: str) -> Tool:
 
 
 def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
-    """The tools a session may use, with placement overrides applied."""
-    return build_registry(
+    """The tools a session may use, with placement overrides applied.
+
+    A contract with an ``output_schema`` adds the reserved StructuredOutput tool.
+    """
+    registry = build_registry(
         spec.tools, settings, placement=spec.placement, bash_timeout_s=spec.limits.bash_timeout_s
     )
+    schema = spec.contract.output_schema
+    if schema is None:
+        return registry
+    return registry.with_tool(StructuredOutput(schema))
 
 
 def build_registry(

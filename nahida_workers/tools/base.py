@@ -206,6 +206,10 @@ class ToolRegistry:
             return None
         return self._placement.get(name, tool.spec.placement)
 
+    def with_tool(self, tool: Tool) -> ToolRegistry:
+        """A registry with ``tool`` added (placement overrides kept)."""
+        return ToolRegistry([*self._tools.values(), tool], placement=self._placement)
+
     def subset(self, names: Iterable[str]) -> ToolRegistry:
         """A registry with only ``names`` (job specs choose their tools)."""
         wanted = list(names)

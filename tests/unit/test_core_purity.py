@@ -106,7 +106,7 @@ def core_modules() -> list[Path]:
 
 def test_the_scan_sees_the_core() -> None:
     names = {p.stem for p in core_modules()}
-    assert {"events", "loop", "ordering", "policy", "state", "transcript"} <= names
+    assert {"events", "loop", "ordering", "stages", "state", "transcript", "bounds"} <= names
 
 
 @pytest.mark.parametrize("path", core_modules(), ids=lambda p: p.name)

@@ -260,7 +260,7 @@ def test_a_call_with_invalid_json_arguments_is_committed_never_run_and_answered(
 ) -> None:
     turns = [
         {"tool_calls": [{"id": "c1", "name": "Bash", "raw_arguments": raw}]},
-        {"text": "I will fix my JSON next time."},
+        {"text": "My JSON was invalid, so the command did not run."},
     ]
     ran = run_script(tmp_path, turns, tools=["Bash"])
     assert ran.result.terminal["state"] == "completed"

@@ -101,13 +101,18 @@ def judge(
     tool_choice: ToolChoice = ToolChoice.AUTO,
     **contract: Any,
 ) -> Correct | Settle:
-    return evaluate_candidate(
+    candidate = state.last_of(EventType.ASSISTANT_OUTPUT)
+    assert candidate is not None
+    action = evaluate_candidate(
         CandidateContext(
             state=state,
+            candidate=candidate,
             contract=CompletionContract(evidence=evidence, **contract),
             tool_choice=tool_choice,
         )
     )
+    assert isinstance(action, Correct | Settle)
+    return action
 
 
 def answered(*extra: Event, receipts: tuple[ExecutionReceipt, ...] = ()) -> RunState:

@@ -1,0 +1,84 @@
+"""Stop hooks: user code asked whether a run may stop (DESIGN.md section 6).
+
+A stop hook is a function named ``module:function`` in a job's ``stop_hooks``.
+It receives a :class:`StopHookContext` and returns a message to keep the run
+going ("do not stop: <why>") or ``None`` / ``""`` to allow stopping.  A hook
+that raises or runs past its timeout allows stopping: only an explicit "do not
+stop" injects a continuation, and the completion policy bounds how many.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["HookVerdict", "StopHookContext", "run_stop_hooks"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StopHookContext:
+    """What a stop hook sees: the session, the run, the candidate answer, the workspace."""
+
+    session_id: str
+    run_id: str
+    answer: str
+    workspace: Path
+
+
+@dataclass(frozen=True)
+class HookVerdict:
+    """``block`` (with the hook's message) or ``allow``; ``hook`` names who decided."""
+
+    verdict: str
+    message: str = ""
+    hook: str = ""
+
+
+StopHook = Callable[[StopHookContext], "str | None"]
+
+
+def _load(path: str) -> StopHook:
+    module, _, name = path.partition(":")
+    hook = getattr(importlib.import_module(module), name)
+    if not callable(hook):
+        raise TypeError(f"{path} is not callable")
+    return hook  # type: ignore[no-any-return]
+
+
+def _call(path: str, ctx: StopHookContext, timeout_s: float) -> str | None:
+    box: dict[str, str | None] = {}
+
+    def target() -> None:
+        box["message"] = _load(path)(ctx)
+
+    thread = threading.Thread(target=target, name=f"stop-hook {path}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        log.warning("stop hook %s ran past %.1f s; allowing the run to stop", path, timeout_s)
+        return None
+    return box.get("message")
+
+
+def run_stop_hooks(
+    paths: Sequence[str], ctx: StopHookContext, *, timeout_s: float = 10.0
+) -> HookVerdict:
+    """Ask each hook in order; the first explicit "do not stop" wins.
+
+    Never raises: a hook that cannot be loaded, raises or times out allows.
+    """
+    for path in paths:
+        try:
+            message = _call(path, ctx, timeout_s)
+        except Exception as exc:
+            log.warning("stop hook %s failed (%s: %s); allowing", path, type(exc).__name__, exc)
+            continue
+        if message:
+            return HookVerdict("block", str(message)[:2000], path)
+    return HookVerdict("allow")
