@@ -63,6 +63,7 @@ class Settings(BaseSettings):
     extra_tools: list[str] = Field(default_factory=list)
 
     # -- maintenance ---------------------------------------------------------
+    metrics_port: int = Field(0, ge=0, le=65535)
     sweeper_interval_s: float = Field(15.0, gt=0)
     redispatch_after_s: float = Field(60.0, gt=0)
 

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_ready
 
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
@@ -70,6 +70,16 @@ def fleet() -> Fleet:
                 migrate=current.database_url.startswith("sqlite"),
             )
         return _state["fleet"]  # type: ignore[no-any-return]
+
+
+@worker_ready.connect
+def _expose_metrics(**_: Any) -> None:
+    # Prometheus counters of this worker (issue 5): NAHIDA_METRICS_PORT, 0 = off.
+    port = settings().metrics_port
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port)
 
 
 @worker_process_init.connect

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from nahida_workers.cli import render
+from nahida_workers.cli import render, session_cmds
 from nahida_workers.cli.report import batch_report
 from nahida_workers.errors import ConfigError, NahidaError, NotFoundError, UserError
 from nahida_workers.ledger.migrate import upgrade
@@ -206,6 +206,9 @@ def runs_show(
         )
         return
     render.print_run(console, run, events, receipts)
+
+
+app.command("watch")(session_cmds.watch)
 
 
 @app.command()

@@ -21,7 +21,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, assert_never
@@ -68,10 +68,12 @@ from nahida_workers.errors import (
 )
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
 from nahida_workers.runtime.calls import CallJob
+from nahida_workers.runtime.channel import EventSink, NullSink
 from nahida_workers.runtime.executor import ToolExecutor
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
+from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.prestart import PreStart
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
@@ -111,6 +113,7 @@ class SessionRunner:
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
         prestart: start read-only concurrency-safe calls while the provider
             still streams (needs a fan-out executor; see ``runtime/prestart.py``).
+        sink: where user-visible events go (``runtime/channel.py``).
     """
 
     ledger: Ledger[Any]
@@ -121,6 +124,7 @@ class SessionRunner:
     executor: ToolExecutor
     lease_ttl_ms: int = 30_000
     prestart: bool = True
+    sink: EventSink = field(default_factory=NullSink)
 
     def run(self, session_id: str) -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
@@ -165,6 +169,7 @@ class _Owned:
         self.fence = fence
         self.heartbeat = heartbeat
         self._prestarted: PreStart | None = None
+        self.observer: Observer | None = None
         self._cancel_checked_at = 0.0
         self._cancel_seen = session.cancel_requested_at is not None
 
@@ -180,6 +185,8 @@ class _Owned:
         with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
             self.r.ledger.append(tx, events, receipts)
         self._cancel_seen = tx.cancel_requested  # known once the fence was checked
+        if self.observer is not None:
+            self.observer.committed(events)
         for event in events:
             state.apply(event)
         for receipt in receipts:
@@ -204,6 +211,8 @@ class _Owned:
             )
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
+        if self.observer is not None:
+            self.observer.sealed(state, finish)
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:
@@ -258,6 +267,14 @@ class _Owned:
             self.spec = SessionSpec.model_validate(self.session.config)
         except ValidationError as exc:
             raise ConfigError(f"session config snapshot is invalid: {exc}") from None
+        self.observer = Observer(
+            self.r.sink,
+            self.spec.channel,
+            session_id=self.session.session_id,
+            run_id=run.run_id,
+            trace_id=run.trace_id,
+            contract=self.spec.contract,
+        )
         registry = self.r.registry_for(self.spec)
         provider = self.r.provider_for(self.spec)
         config = LoopConfig(
@@ -310,6 +327,8 @@ class _Owned:
                     except ProviderError as exc:
                         if prestart:
                             prestart.abort()
+                        if isinstance(exc, ProviderProtocolError):
+                            self.observer.protocol_error()
                         self.seal(state, run, _provider_failure(exc))
                         return
                     except BaseException:
@@ -320,6 +339,7 @@ class _Owned:
                 case RunBatch(batch=batch):
                     started = self._prestarted.take(batch) if self._prestarted else None
                     self._prestarted = None
+                    self.observer.tools_started(batch.calls)
                     executions = self.r.executor.run_batch(batch, job, registry, started=started)
                     events = result_events(
                         state, [e.result for e in executions], now=self.r.clock.now()

@@ -20,6 +20,7 @@ from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
 from nahida_workers.errors import ConfigError
+from nahida_workers.runtime.channel import ChannelPolicy
 
 __all__ = [
     "DEFAULT_TOOLS",
@@ -96,6 +97,7 @@ class SessionSpec(_Spec):
         limits: run bounds.
         stop_hooks: ``module:function`` paths of stop hooks (see
             ``runtime/hooks.py``).
+        channel: which user-visible events watchers see (``runtime/channel.py``).
     """
 
     prompt: str
@@ -107,6 +109,7 @@ class SessionSpec(_Spec):
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits = Field(default_factory=Limits)
     stop_hooks: tuple[str, ...] = ()
+    channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
 
 
 class JobSpec(SessionSpec):

@@ -28,6 +28,7 @@ from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import Clock, Provider, SystemClock, TaskQueue
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
+from nahida_workers.runtime.channel import RedisStreamSink
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
 from nahida_workers.runtime.session import SessionRunner
@@ -206,6 +207,7 @@ def build_fleet(
         registry_for=lambda spec: registry_for(spec, settings),
         executor=executor or InlineExecutor(clock.now),
         lease_ttl_ms=settings.lease_ttl_ms,
+        sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
     )
     dispatcher = Dispatcher(ledger, queue, clock)
     return Fleet(settings, ledger, leases, clock, runner, dispatcher)
