@@ -2,11 +2,15 @@
 
 Writes take the caller's :class:`SqlTx` and never commit on their own; the
 runtime opens one transaction per commit point of DESIGN.md section 3.  A
-fenced transaction starts with ``SELECT lease_epoch ... FOR UPDATE`` on the
-session row: a concurrent epoch bump (a new lease owner) either waits for us
-or makes us see the new epoch and refuse -- the writer that lost its lease
+fenced transaction locks the session row (``FOR UPDATE``) and checks the
+writer's epoch: a concurrent epoch bump (a new lease owner) either waits for
+us or makes us see the new epoch and refuse -- the writer that lost its lease
 cannot write a single row (DESIGN.md section 4).  SQLite serialises writers
-with ``BEGIN IMMEDIATE`` instead of row locks.
+with ``BEGIN IMMEDIATE`` instead of row locks.  On PostgreSQL a commit point
+is one statement (:mod:`~nahida_workers.ledger.pg_commit`).
+
+This module owns transactions, fencing and the event/receipt writes; the
+other rows and the reads live in ``sql_records.py`` and ``sql_reads.py``.
 """
 
 from __future__ import annotations
@@ -15,43 +19,24 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Engine,
-    create_engine,
-    event,
-    func,
     insert,
     select,
-    update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.pool import NullPool
 
 from nahida_workers.core.events import (
-    CompletionContract,
     Event,
-    EventType,
     ExecutionReceipt,
-    FailureCode,
-    ReasonCode,
-    SessionStatus,
-    TerminalState,
 )
-from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.errors import (
-    DuplicateResultError,
-    DuplicateSequenceError,
-    EventAfterTerminalError,
     LedgerIntegrityError,
     LedgerUnavailableError,
     NotFoundError,
-    StaleEpochError,
 )
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch
@@ -63,7 +48,16 @@ from nahida_workers.ledger.rules import (
     check_receipts,
     record_events,
 )
+from nahida_workers.ledger.sql_base import (
+    SqlTx,
+    check_epoch,
+    integrity,
+    make_engine,
+    now,
+)
 from nahida_workers.ledger.sql_facts import exact_facts
+from nahida_workers.ledger.sql_reads import Reads
+from nahida_workers.ledger.sql_records import RecordWrites
 from nahida_workers.ports import Fence
 
 __all__ = ["SqlLedger", "SqlTx", "make_engine"]
@@ -73,113 +67,7 @@ DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
 CARRIED_FACTS_MAX = 4096
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
-    """An engine for ``url`` with the settings the ledger relies on.
-
-    SQLite: WAL, a 30 s busy timeout, connections shared across threads and
-    ``BEGIN IMMEDIATE`` so writers serialise at the start of a transaction.
-    PostgreSQL: a pool without pre-ping (see below).
-    """
-    if url.startswith("sqlite"):
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30},
-            poolclass=NullPool if ":memory:" not in url else None,
-        )
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            # Writers take the write lock up front; readers stay deferred so
-            # they never block a writer (WAL lets them read concurrently).
-            if conn.get_execution_options().get("ledger_read"):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
-    # No pre-ping: it costs a round trip per transaction.  A connection the
-    # server dropped fails its statement, SQLAlchemy invalidates the pool, and
-    # the caller sees LedgerUnavailableError (retryable); the next checkout
-    # connects afresh.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _check_epoch(session_id: str, writer: int, current: int) -> None:
-    if writer != current:
-        raise StaleEpochError(
-            f"session {session_id}: writer epoch {writer} is stale (current {current})"
-        )
-
-
-class SqlTx:
-    """An open transaction: its connection and the fence it was opened with.
-
-    ``pending`` is a fence not yet checked: on the PostgreSQL fast path the
-    write statement itself takes the row lock and checks the epoch.  A
-    *deferred* transaction has no connection yet: its appends are buffered and
-    sent at the end as ONE autocommit statement (a commit point in one round
-    trip); any other use of :attr:`conn` opens a real transaction first.
-    """
-
-    def __init__(
-        self, conn: Connection | None, *, materialize: Callable[[SqlTx], Connection] | None = None
-    ) -> None:
-        self._conn = conn
-        self._materialize = materialize
-        self.fence: Fence | None = None
-        self.pending: Fence | None = None
-        self.cancel_requested = False  # read with the fence's row lock
-        self.facts: dict[str, RunFacts] = {}
-        self.known_ids: set[str] = set()
-        self.runs: dict[str, str] = {}  # run_id -> session_id written or read in this tx
-        self.buffered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = (
-            [] if conn is None else None
-        )
-
-    @property
-    def conn(self) -> Connection:
-        """The connection (a deferred transaction becomes a real one here)."""
-        if self._conn is None:
-            assert self._materialize is not None
-            self._conn = self._materialize(self)
-        return self._conn
-
-
-def _integrity(exc: IntegrityError) -> LedgerIntegrityError:
-    """Map a constraint violation that slipped past the pre-checks (a race).
-
-    PostgreSQL names the constraint; SQLite names the columns.
-    """
-    text = str(exc.orig).splitlines()[0]
-    if "uq_events_run_sequence" in text or "agent_run_events.sequence" in text:
-        return DuplicateSequenceError(f"duplicate (run_id, sequence): {text}")
-    if "uq_events_one_terminal" in text or text.endswith("agent_run_events.run_id"):
-        return EventAfterTerminalError(f"a terminal event is already committed: {text}")
-    if "uq_events_run_call_type" in text or "uq_receipts_run_call" in text or "call_id" in text:
-        return DuplicateResultError(f"second row for one call: {text}")
-    return LedgerIntegrityError(f"ledger constraint violated: {text}")
-
-
-class SqlLedger:
+class SqlLedger(Reads, RecordWrites):
     """The ledger on a SQL database (see :class:`nahida_workers.ports.Ledger`).
 
     Args:
@@ -269,7 +157,7 @@ class SqlLedger:
             if fast:
                 self._carry(carry_key, None)
             if isinstance(exc, IntegrityError):
-                raise _integrity(exc) from None
+                raise integrity(exc) from None
             if isinstance(exc, OperationalError | DBAPIError):
                 raise LedgerUnavailableError(
                     f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
@@ -298,7 +186,7 @@ class SqlLedger:
         written = fenced_insert(conn, fence.session_id, fence.epoch, events, receipts)
         if written is None:
             raise NotFoundError(f"no session {fence.session_id}")
-        _check_epoch(fence.session_id, fence.epoch, written.epoch)
+        check_epoch(fence.session_id, fence.epoch, written.epoch)
         tx.fence, tx.pending = fence, None
         tx.cancel_requested = written.cancel_requested
 
@@ -320,7 +208,7 @@ class SqlLedger:
         locked = lock_and_prefetch(tx.conn, fence.session_id, run_id)
         if locked is None:
             raise NotFoundError(f"no session {fence.session_id}")
-        _check_epoch(fence.session_id, fence.epoch, locked.epoch)
+        check_epoch(fence.session_id, fence.epoch, locked.epoch)
         tx.fence = fence
         tx.cancel_requested = locked.cancel_requested
         tx.facts[run_id] = locked.facts
@@ -339,7 +227,7 @@ class SqlLedger:
         ).first()
         if row is None:
             raise NotFoundError(f"no session {session_id}")
-        _check_epoch(session_id, epoch, row.lease_epoch)
+        check_epoch(session_id, epoch, row.lease_epoch)
         tx.fence = Fence(session_id, epoch)
         tx.cancel_requested = row.cancel_requested_at is not None
 
@@ -406,79 +294,6 @@ class SqlLedger:
             raise
         return facts
 
-    # -- writes ------------------------------------------------------------------
-    def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
-        """Insert a batch row."""
-        tx.conn.execute(
-            insert(t.batches).values(
-                batch_id=batch.batch_id,
-                job_name=batch.job_name,
-                created_at=batch.created_at,
-                spec_json=batch.spec,
-            )
-        )
-
-    def create_session(self, tx: SqlTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
-        """Insert a session, or return the one holding its idempotency key.
-
-        ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`` makes two
-        concurrent submits with one key create exactly one session.
-        """
-        values = {
-            "session_id": session.session_id,
-            "parent_id": session.parent_id,
-            "batch_id": session.batch_id,
-            "workspace": session.workspace,
-            "status": session.status.value,
-            "lease_epoch": session.lease_epoch,
-            "config_json": session.config,
-            "idempotency_key": session.idempotency_key,
-            "created_at": session.created_at,
-            "updated_at": session.updated_at,
-            "cancel_requested_at": session.cancel_requested_at,
-        }
-        if session.idempotency_key is None:
-            tx.conn.execute(insert(t.sessions).values(**values))
-            self._created(tx, session)
-            return session, True
-        dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
-        # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
-        inserted = tx.conn.execute(
-            dialect_insert(t.sessions)
-            .values(**values)
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(t.sessions.c.session_id)
-        ).first()
-        if inserted is not None:
-            self._created(tx, session)
-            return session, True
-        existing = tx.conn.execute(
-            select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
-        ).one()
-        return _session(existing), False
-
-    @staticmethod
-    def _created(tx: SqlTx, session: SessionRecord) -> None:
-        """The creating transaction holds the new row's lock and its epoch-0 fence."""
-        if tx.fence is None and tx.pending is None:
-            tx.fence = Fence(session.session_id, session.lease_epoch)
-
-    def create_run(self, tx: SqlTx, run: RunRecord) -> None:
-        """Insert a run row."""
-        tx.conn.execute(
-            insert(t.agent_runs).values(
-                run_id=run.run_id,
-                session_id=run.session_id,
-                provider=run.provider,
-                model=run.model,
-                completion_contract_json=run.completion_contract.model_dump(mode="json"),
-                trace_id=run.trace_id,
-                started_at=run.started_at,
-            )
-        )
-        tx.runs[run.run_id] = run.session_id
-        tx.facts[run.run_id] = RunFacts()  # a run just inserted has no events yet
-
     def append(
         self, tx: SqlTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
     ) -> None:
@@ -515,7 +330,7 @@ class SqlLedger:
             )
             if written is None:
                 raise NotFoundError(f"no session {fence.session_id}")
-            _check_epoch(fence.session_id, fence.epoch, written.epoch)
+            check_epoch(fence.session_id, fence.epoch, written.epoch)
             tx.fence, tx.pending = fence, None
             tx.cancel_requested = written.cancel_requested
         else:
@@ -542,7 +357,7 @@ class SqlLedger:
             "call_id": e.call_id,
             "payload_json": cap_payload(e.payload, self.payload_max_bytes),
             "epoch": epoch,
-            "created_at": e.created_at or _now(),
+            "created_at": e.created_at or now(),
         }
 
     def _receipt_row(self, r: ExecutionReceipt, epoch: int) -> dict[str, Any]:
@@ -560,296 +375,3 @@ class SqlLedger:
             "started_at": r.started_at,
             "finished_at": r.finished_at,
         }
-
-    def finish_run(
-        self,
-        tx: SqlTx,
-        run_id: str,
-        *,
-        state: TerminalState,
-        reason: ReasonCode,
-        failure_code: FailureCode | None,
-        ended_at: datetime,
-    ) -> None:
-        """Record the terminal state on the run row, exactly once."""
-        self._require_fence(tx, run_id)
-        runs = t.agent_runs.c
-        result = tx.conn.execute(
-            update(t.agent_runs)
-            .where(runs.run_id == run_id, runs.terminal_state.is_(None))
-            .values(
-                terminal_state=state.value,
-                terminal_reason=reason.value,
-                failure_code=failure_code.value if failure_code else None,
-                ended_at=ended_at,
-            )
-        )
-        if result.rowcount != 1:
-            raise EventAfterTerminalError(f"run {run_id} already has a terminal state")
-
-    def set_session_status(
-        self, tx: SqlTx, session_id: str, status: SessionStatus, *, at: datetime
-    ) -> None:
-        """Set ``sessions.status``."""
-        tx.conn.execute(
-            update(t.sessions)
-            .where(t.sessions.c.session_id == session_id)
-            .values(status=status.value, updated_at=at)
-        )
-
-    def request_cancel(self, tx: SqlTx, session_id: str, *, at: datetime) -> None:
-        """Set the cancel flag (idempotent: the first request's time is kept)."""
-        result = tx.conn.execute(
-            update(t.sessions)
-            .where(t.sessions.c.session_id == session_id)
-            .values(
-                cancel_requested_at=func.coalesce(t.sessions.c.cancel_requested_at, at),
-                updated_at=at,
-            )
-        )
-        if result.rowcount != 1:
-            raise NotFoundError(f"no session {session_id}")
-
-    def add_outbox(self, tx: SqlTx, record: OutboxRecord) -> None:
-        """Record a publish owed to the broker."""
-        tx.conn.execute(
-            insert(t.dispatch_outbox).values(
-                outbox_id=record.outbox_id,
-                session_id=record.session_id,
-                task_name=record.task_name,
-                created_at=record.created_at,
-                published_at=record.published_at,
-                attempts=record.attempts,
-            )
-        )
-
-    def mark_published(self, tx: SqlTx, outbox_id: str, *, at: datetime) -> None:
-        """Mark an outbox row published and count the attempt."""
-        ob = t.dispatch_outbox.c
-        tx.conn.execute(
-            update(t.dispatch_outbox)
-            .where(ob.outbox_id == outbox_id)
-            .values(published_at=at, attempts=ob.attempts + 1)
-        )
-
-    def bump_epoch(self, session_id: str, *, at: datetime) -> int:
-        """Increment the fencing epoch in its own transaction; status → running."""
-        with self.transaction() as tx:
-            row = tx.conn.execute(
-                update(t.sessions)
-                .where(t.sessions.c.session_id == session_id)
-                .values(
-                    lease_epoch=t.sessions.c.lease_epoch + 1,
-                    status=SessionStatus.RUNNING.value,
-                    updated_at=at,
-                )
-                .returning(t.sessions.c.lease_epoch)
-            ).first()
-        if row is None:
-            raise NotFoundError(f"no session {session_id}")
-        return int(row[0])
-
-    # -- reads -------------------------------------------------------------------
-    def _read(self) -> Any:
-        return _ReadScope(self)
-
-    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
-        """A new owner's read of its run: every event and receipt.
-
-        Called after :meth:`bump_epoch`: everything earlier owners committed is
-        visible, and nobody else can write the run under this epoch, so the
-        facts read here are carried to the owner's first commit point.
-        """
-        events, receipts = self.events(run_id), self.receipts(run_id)
-        facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
-        record_events(facts, events)
-        facts.receipts.update(r.call_id for r in receipts)
-        if self._pg:
-            self._carry((fence.session_id, fence.epoch, run_id), facts)
-        return events, receipts
-
-    def get_session(self, session_id: str) -> SessionRecord | None:
-        """The session row or None."""
-        with self._read() as conn:
-            row = conn.execute(
-                select(t.sessions).where(t.sessions.c.session_id == session_id)
-            ).first()
-        return None if row is None else _session(row)
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run row or None."""
-        with self._read() as conn:
-            row = conn.execute(select(t.agent_runs).where(t.agent_runs.c.run_id == run_id)).first()
-        return None if row is None else _run(row)
-
-    def runs_of(self, session_id: str) -> list[RunRecord]:
-        """Runs of a session, oldest first."""
-        runs = t.agent_runs.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_runs)
-                .where(runs.session_id == session_id)
-                .order_by(runs.started_at, runs.run_id)
-            ).all()
-        return [_run(r) for r in rows]
-
-    def events(self, run_id: str) -> list[Event]:
-        """Events of a run by sequence."""
-        ev = t.agent_run_events.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_run_events).where(ev.run_id == run_id).order_by(ev.sequence)
-            ).all()
-        return [
-            Event(
-                run_id=r.run_id,
-                sequence=r.sequence,
-                type=EventType(r.event_type),
-                payload=r.payload_json,
-                call_id=r.call_id,
-                epoch=r.epoch,
-                created_at=_utc(r.created_at),
-            )
-            for r in rows
-        ]
-
-    def receipts(self, run_id: str) -> list[ExecutionReceipt]:
-        """Receipts of a run in the order they were written."""
-        rc = t.agent_execution_receipts.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_execution_receipts)
-                .where(rc.run_id == run_id)
-                .order_by(rc.receipt_id)
-            ).all()
-        return [
-            ExecutionReceipt(
-                run_id=r.run_id,
-                call_id=r.call_id,
-                tool_name=r.tool_name,
-                status=r.status,
-                started_at=_utc(r.started_at),
-                finished_at=_utc(r.finished_at),
-                input_fingerprint=r.input_fingerprint,
-                evidence=r.evidence_json,
-                evidence_kind=r.evidence_kind,
-                verification_status=r.verification_status,
-                idempotency_key=r.idempotency_key,
-                epoch=r.epoch,
-            )
-            for r in rows
-        ]
-
-    def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
-    ) -> list[SessionRecord]:
-        """Sessions, optionally by batch and status, oldest first."""
-        s = t.sessions.c
-        query = select(t.sessions).order_by(s.created_at, s.session_id)
-        if batch_id is not None:
-            query = query.where(s.batch_id == batch_id)
-        if statuses is not None:
-            query = query.where(s.status.in_([st.value for st in statuses]))
-        with self._read() as conn:
-            return [_session(r) for r in conn.execute(query).all()]
-
-    def batches(self) -> list[BatchRecord]:
-        """All batches, newest first."""
-        b = t.batches.c
-        with self._read() as conn:
-            rows = conn.execute(select(t.batches).order_by(b.created_at.desc())).all()
-        return [_batch(r) for r in rows]
-
-    def get_batch(self, batch_id: str) -> BatchRecord | None:
-        """A batch or None."""
-        with self._read() as conn:
-            row = conn.execute(select(t.batches).where(t.batches.c.batch_id == batch_id)).first()
-        return None if row is None else _batch(row)
-
-    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
-        """Outbox rows not yet published, oldest first."""
-        ob = t.dispatch_outbox.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.dispatch_outbox)
-                .where(ob.published_at.is_(None))
-                .order_by(ob.created_at)
-                .limit(limit)
-            ).all()
-        return [
-            OutboxRecord(
-                outbox_id=r.outbox_id,
-                session_id=r.session_id,
-                task_name=r.task_name,
-                created_at=_utc(r.created_at),
-                published_at=_utc(r.published_at),
-                attempts=r.attempts,
-            )
-            for r in rows
-        ]
-
-
-class _ReadScope:
-    """A read-only connection scope that maps outages to LedgerUnavailableError."""
-
-    def __init__(self, ledger: SqlLedger) -> None:
-        self._ledger = ledger
-        self._conn: Connection | None = None
-
-    def __enter__(self) -> Connection:
-        try:
-            self._conn = self._ledger._reader.connect()
-        except (OperationalError, DBAPIError) as exc:
-            raise LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}") from exc
-        return self._conn
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        assert self._conn is not None
-        try:
-            self._conn.close()
-        finally:
-            if isinstance(exc, OperationalError | DBAPIError):
-                raise LedgerUnavailableError(
-                    f"ledger unavailable: {type(exc.orig).__name__}"
-                ) from exc
-
-
-def _session(row: Any) -> SessionRecord:
-    return SessionRecord(
-        session_id=row.session_id,
-        parent_id=row.parent_id,
-        batch_id=row.batch_id,
-        workspace=row.workspace,
-        status=SessionStatus(row.status),
-        lease_epoch=row.lease_epoch,
-        config=row.config_json,
-        idempotency_key=row.idempotency_key,
-        created_at=_utc(row.created_at),
-        updated_at=_utc(row.updated_at),
-        cancel_requested_at=_utc(row.cancel_requested_at),
-    )
-
-
-def _run(row: Any) -> RunRecord:
-    return RunRecord(
-        run_id=row.run_id,
-        session_id=row.session_id,
-        provider=row.provider,
-        model=row.model,
-        completion_contract=CompletionContract.model_validate(row.completion_contract_json),
-        trace_id=row.trace_id,
-        started_at=_utc(row.started_at),
-        ended_at=_utc(row.ended_at),
-        terminal_state=TerminalState(row.terminal_state) if row.terminal_state else None,
-        terminal_reason=ReasonCode(row.terminal_reason) if row.terminal_reason else None,
-        failure_code=FailureCode(row.failure_code) if row.failure_code else None,
-    )
-
-
-def _batch(row: Any) -> BatchRecord:
-    return BatchRecord(
-        batch_id=row.batch_id,
-        job_name=row.job_name,
-        created_at=_utc(row.created_at),
-        spec=row.spec_json,
-    )

@@ -1,0 +1,225 @@
+"""Plumbing of the SQL ledger: engines, the transaction object, row mapping.
+
+See :mod:`nahida_workers.ledger.sql` for the ledger itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    event,
+)
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.pool import NullPool
+
+from nahida_workers.core.events import (
+    CompletionContract,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
+)
+from nahida_workers.core.records import BatchRecord, RunRecord, SessionRecord
+from nahida_workers.errors import (
+    DuplicateResultError,
+    DuplicateSequenceError,
+    EventAfterTerminalError,
+    LedgerIntegrityError,
+    LedgerUnavailableError,
+    StaleEpochError,
+)
+from nahida_workers.ledger.rules import (
+    RunFacts,
+)
+from nahida_workers.ports import Fence
+
+__all__ = [
+    "ReadScope",
+    "SqlTx",
+    "batch_row",
+    "check_epoch",
+    "integrity",
+    "make_engine",
+    "now",
+    "run_row",
+    "session_row",
+    "utc",
+]
+
+
+def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """An engine for ``url`` with the settings the ledger relies on.
+
+    SQLite: WAL, a 30 s busy timeout, connections shared across threads and
+    ``BEGIN IMMEDIATE`` so writers serialise at the start of a transaction.
+    PostgreSQL: a pool without pre-ping (see below).
+    """
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            poolclass=NullPool if ":memory:" not in url else None,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # Writers take the write lock up front; readers stay deferred so
+            # they never block a writer (WAL lets them read concurrently).
+            if conn.get_execution_options().get("ledger_read"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    # No pre-ping: it costs a round trip per transaction.  A connection the
+    # server dropped fails its statement, SQLAlchemy invalidates the pool, and
+    # the caller sees LedgerUnavailableError (retryable); the next checkout
+    # connects afresh.
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
+
+
+def utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def check_epoch(session_id: str, writer: int, current: int) -> None:
+    if writer != current:
+        raise StaleEpochError(
+            f"session {session_id}: writer epoch {writer} is stale (current {current})"
+        )
+
+
+class SqlTx:
+    """An open transaction: its connection and the fence it was opened with.
+
+    ``pending`` is a fence not yet checked: on the PostgreSQL fast path the
+    write statement itself takes the row lock and checks the epoch.  A
+    *deferred* transaction has no connection yet: its appends are buffered and
+    sent at the end as ONE autocommit statement (a commit point in one round
+    trip); any other use of :attr:`conn` opens a real transaction first.
+    """
+
+    def __init__(
+        self, conn: Connection | None, *, materialize: Callable[[SqlTx], Connection] | None = None
+    ) -> None:
+        self._conn = conn
+        self._materialize = materialize
+        self.fence: Fence | None = None
+        self.pending: Fence | None = None
+        self.cancel_requested = False  # read with the fence's row lock
+        self.facts: dict[str, RunFacts] = {}
+        self.known_ids: set[str] = set()
+        self.runs: dict[str, str] = {}  # run_id -> session_id written or read in this tx
+        self.buffered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = (
+            [] if conn is None else None
+        )
+
+    @property
+    def conn(self) -> Connection:
+        """The connection (a deferred transaction becomes a real one here)."""
+        if self._conn is None:
+            assert self._materialize is not None
+            self._conn = self._materialize(self)
+        return self._conn
+
+
+def integrity(exc: IntegrityError) -> LedgerIntegrityError:
+    """Map a constraint violation that slipped past the pre-checks (a race).
+
+    PostgreSQL names the constraint; SQLite names the columns.
+    """
+    text = str(exc.orig).splitlines()[0]
+    if "uq_events_run_sequence" in text or "agent_run_events.sequence" in text:
+        return DuplicateSequenceError(f"duplicate (run_id, sequence): {text}")
+    if "uq_events_one_terminal" in text or text.endswith("agent_run_events.run_id"):
+        return EventAfterTerminalError(f"a terminal event is already committed: {text}")
+    if "uq_events_run_call_type" in text or "uq_receipts_run_call" in text or "call_id" in text:
+        return DuplicateResultError(f"second row for one call: {text}")
+    return LedgerIntegrityError(f"ledger constraint violated: {text}")
+
+
+class ReadScope:
+    """A read-only connection scope that maps outages to LedgerUnavailableError."""
+
+    def __init__(self, reader: Engine) -> None:
+        self._reader = reader
+        self._conn: Connection | None = None
+
+    def __enter__(self) -> Connection:
+        try:
+            self._conn = self._reader.connect()
+        except (OperationalError, DBAPIError) as exc:
+            raise LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}") from exc
+        return self._conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._conn is not None
+        try:
+            self._conn.close()
+        finally:
+            if isinstance(exc, OperationalError | DBAPIError):
+                raise LedgerUnavailableError(
+                    f"ledger unavailable: {type(exc.orig).__name__}"
+                ) from exc
+
+
+def session_row(row: Any) -> SessionRecord:
+    return SessionRecord(
+        session_id=row.session_id,
+        parent_id=row.parent_id,
+        batch_id=row.batch_id,
+        workspace=row.workspace,
+        status=SessionStatus(row.status),
+        lease_epoch=row.lease_epoch,
+        config=row.config_json,
+        idempotency_key=row.idempotency_key,
+        created_at=utc(row.created_at),
+        updated_at=utc(row.updated_at),
+        cancel_requested_at=utc(row.cancel_requested_at),
+    )
+
+
+def run_row(row: Any) -> RunRecord:
+    return RunRecord(
+        run_id=row.run_id,
+        session_id=row.session_id,
+        provider=row.provider,
+        model=row.model,
+        completion_contract=CompletionContract.model_validate(row.completion_contract_json),
+        trace_id=row.trace_id,
+        started_at=utc(row.started_at),
+        ended_at=utc(row.ended_at),
+        terminal_state=TerminalState(row.terminal_state) if row.terminal_state else None,
+        terminal_reason=ReasonCode(row.terminal_reason) if row.terminal_reason else None,
+        failure_code=FailureCode(row.failure_code) if row.failure_code else None,
+    )
+
+
+def batch_row(row: Any) -> BatchRecord:
+    return BatchRecord(
+        batch_id=row.batch_id,
+        job_name=row.job_name,
+        created_at=utc(row.created_at),
+        spec=row.spec_json,
+    )

@@ -1,0 +1,182 @@
+"""Reads of the SQL ledger (autocommit on PostgreSQL, deferred on SQLite)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Engine,
+    select,
+)
+
+from nahida_workers.core.events import (
+    Event,
+    EventType,
+    ExecutionReceipt,
+    SessionStatus,
+)
+from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.rules import (
+    RunFacts,
+    record_events,
+)
+from nahida_workers.ledger.sql_base import (
+    ReadScope,
+    batch_row,
+    run_row,
+    session_row,
+    utc,
+)
+from nahida_workers.ports import Fence
+
+__all__ = ["Reads"]
+
+
+class Reads:
+    """Read methods of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+
+    _reader: Engine
+    _pg: bool
+
+    def _carry(self, key: Any, facts: RunFacts | None) -> None:
+        raise NotImplementedError
+
+    def _read(self) -> Any:
+        return ReadScope(self._reader)
+
+    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
+        """A new owner's read of its run: every event and receipt.
+
+        Called after :meth:`bump_epoch`: everything earlier owners committed is
+        visible, and nobody else can write the run under this epoch, so the
+        facts read here are carried to the owner's first commit point.
+        """
+        events, receipts = self.events(run_id), self.receipts(run_id)
+        facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
+        record_events(facts, events)
+        facts.receipts.update(r.call_id for r in receipts)
+        if self._pg:
+            self._carry((fence.session_id, fence.epoch, run_id), facts)
+        return events, receipts
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        """The session row or None."""
+        with self._read() as conn:
+            row = conn.execute(
+                select(t.sessions).where(t.sessions.c.session_id == session_id)
+            ).first()
+        return None if row is None else session_row(row)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run row or None."""
+        with self._read() as conn:
+            row = conn.execute(select(t.agent_runs).where(t.agent_runs.c.run_id == run_id)).first()
+        return None if row is None else run_row(row)
+
+    def runs_of(self, session_id: str) -> list[RunRecord]:
+        """Runs of a session, oldest first."""
+        runs = t.agent_runs.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.agent_runs)
+                .where(runs.session_id == session_id)
+                .order_by(runs.started_at, runs.run_id)
+            ).all()
+        return [run_row(r) for r in rows]
+
+    def events(self, run_id: str) -> list[Event]:
+        """Events of a run by sequence."""
+        ev = t.agent_run_events.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.agent_run_events).where(ev.run_id == run_id).order_by(ev.sequence)
+            ).all()
+        return [
+            Event(
+                run_id=r.run_id,
+                sequence=r.sequence,
+                type=EventType(r.event_type),
+                payload=r.payload_json,
+                call_id=r.call_id,
+                epoch=r.epoch,
+                created_at=utc(r.created_at),
+            )
+            for r in rows
+        ]
+
+    def receipts(self, run_id: str) -> list[ExecutionReceipt]:
+        """Receipts of a run in the order they were written."""
+        rc = t.agent_execution_receipts.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.agent_execution_receipts)
+                .where(rc.run_id == run_id)
+                .order_by(rc.receipt_id)
+            ).all()
+        return [
+            ExecutionReceipt(
+                run_id=r.run_id,
+                call_id=r.call_id,
+                tool_name=r.tool_name,
+                status=r.status,
+                started_at=utc(r.started_at),
+                finished_at=utc(r.finished_at),
+                input_fingerprint=r.input_fingerprint,
+                evidence=r.evidence_json,
+                evidence_kind=r.evidence_kind,
+                verification_status=r.verification_status,
+                idempotency_key=r.idempotency_key,
+                epoch=r.epoch,
+            )
+            for r in rows
+        ]
+
+    def sessions(
+        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+    ) -> list[SessionRecord]:
+        """Sessions, optionally by batch and status, oldest first."""
+        s = t.sessions.c
+        query = select(t.sessions).order_by(s.created_at, s.session_id)
+        if batch_id is not None:
+            query = query.where(s.batch_id == batch_id)
+        if statuses is not None:
+            query = query.where(s.status.in_([st.value for st in statuses]))
+        with self._read() as conn:
+            return [session_row(r) for r in conn.execute(query).all()]
+
+    def batches(self) -> list[BatchRecord]:
+        """All batches, newest first."""
+        b = t.batches.c
+        with self._read() as conn:
+            rows = conn.execute(select(t.batches).order_by(b.created_at.desc())).all()
+        return [batch_row(r) for r in rows]
+
+    def get_batch(self, batch_id: str) -> BatchRecord | None:
+        """A batch or None."""
+        with self._read() as conn:
+            row = conn.execute(select(t.batches).where(t.batches.c.batch_id == batch_id)).first()
+        return None if row is None else batch_row(row)
+
+    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
+        """Outbox rows not yet published, oldest first."""
+        ob = t.dispatch_outbox.c
+        with self._read() as conn:
+            rows = conn.execute(
+                select(t.dispatch_outbox)
+                .where(ob.published_at.is_(None))
+                .order_by(ob.created_at)
+                .limit(limit)
+            ).all()
+        return [
+            OutboxRecord(
+                outbox_id=r.outbox_id,
+                session_id=r.session_id,
+                task_name=r.task_name,
+                created_at=utc(r.created_at),
+                published_at=utc(r.published_at),
+                attempts=r.attempts,
+            )
+            for r in rows
+        ]

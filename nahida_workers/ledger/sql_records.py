@@ -1,0 +1,212 @@
+"""Writes of the SQL ledger that are not events: batches, sessions, runs, outbox, epochs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Engine,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from nahida_workers.core.events import (
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
+)
+from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.errors import (
+    EventAfterTerminalError,
+    NotFoundError,
+)
+from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.rules import (
+    RunFacts,
+)
+from nahida_workers.ledger.sql_base import (
+    SqlTx,
+    session_row,
+)
+from nahida_workers.ports import Fence
+
+__all__ = ["RecordWrites"]
+
+
+class RecordWrites:
+    """Row writes of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+
+    engine: Engine
+    _pg: bool
+
+    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+        raise NotImplementedError
+
+    def transaction(self, *, fence: Fence | None = None, run_id: str | None = None) -> Any:
+        raise NotImplementedError
+
+    def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
+        """Insert a batch row."""
+        tx.conn.execute(
+            insert(t.batches).values(
+                batch_id=batch.batch_id,
+                job_name=batch.job_name,
+                created_at=batch.created_at,
+                spec_json=batch.spec,
+            )
+        )
+
+    def create_session(self, tx: SqlTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
+        """Insert a session, or return the one holding its idempotency key.
+
+        ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`` makes two
+        concurrent submits with one key create exactly one session.
+        """
+        values = {
+            "session_id": session.session_id,
+            "parent_id": session.parent_id,
+            "batch_id": session.batch_id,
+            "workspace": session.workspace,
+            "status": session.status.value,
+            "lease_epoch": session.lease_epoch,
+            "config_json": session.config,
+            "idempotency_key": session.idempotency_key,
+            "created_at": session.created_at,
+            "updated_at": session.updated_at,
+            "cancel_requested_at": session.cancel_requested_at,
+        }
+        if session.idempotency_key is None:
+            tx.conn.execute(insert(t.sessions).values(**values))
+            self._created(tx, session)
+            return session, True
+        dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
+        # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
+        inserted = tx.conn.execute(
+            dialect_insert(t.sessions)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(t.sessions.c.session_id)
+        ).first()
+        if inserted is not None:
+            self._created(tx, session)
+            return session, True
+        existing = tx.conn.execute(
+            select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
+        ).one()
+        return session_row(existing), False
+
+    @staticmethod
+    def _created(tx: SqlTx, session: SessionRecord) -> None:
+        """The creating transaction holds the new row's lock and its epoch-0 fence."""
+        if tx.fence is None and tx.pending is None:
+            tx.fence = Fence(session.session_id, session.lease_epoch)
+
+    def create_run(self, tx: SqlTx, run: RunRecord) -> None:
+        """Insert a run row."""
+        tx.conn.execute(
+            insert(t.agent_runs).values(
+                run_id=run.run_id,
+                session_id=run.session_id,
+                provider=run.provider,
+                model=run.model,
+                completion_contract_json=run.completion_contract.model_dump(mode="json"),
+                trace_id=run.trace_id,
+                started_at=run.started_at,
+            )
+        )
+        tx.runs[run.run_id] = run.session_id
+        tx.facts[run.run_id] = RunFacts()  # a run just inserted has no events yet
+
+    def finish_run(
+        self,
+        tx: SqlTx,
+        run_id: str,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """Record the terminal state on the run row, exactly once."""
+        self._require_fence(tx, run_id)
+        runs = t.agent_runs.c
+        result = tx.conn.execute(
+            update(t.agent_runs)
+            .where(runs.run_id == run_id, runs.terminal_state.is_(None))
+            .values(
+                terminal_state=state.value,
+                terminal_reason=reason.value,
+                failure_code=failure_code.value if failure_code else None,
+                ended_at=ended_at,
+            )
+        )
+        if result.rowcount != 1:
+            raise EventAfterTerminalError(f"run {run_id} already has a terminal state")
+
+    def set_session_status(
+        self, tx: SqlTx, session_id: str, status: SessionStatus, *, at: datetime
+    ) -> None:
+        """Set ``sessions.status``."""
+        tx.conn.execute(
+            update(t.sessions)
+            .where(t.sessions.c.session_id == session_id)
+            .values(status=status.value, updated_at=at)
+        )
+
+    def request_cancel(self, tx: SqlTx, session_id: str, *, at: datetime) -> None:
+        """Set the cancel flag (idempotent: the first request's time is kept)."""
+        result = tx.conn.execute(
+            update(t.sessions)
+            .where(t.sessions.c.session_id == session_id)
+            .values(
+                cancel_requested_at=func.coalesce(t.sessions.c.cancel_requested_at, at),
+                updated_at=at,
+            )
+        )
+        if result.rowcount != 1:
+            raise NotFoundError(f"no session {session_id}")
+
+    def add_outbox(self, tx: SqlTx, record: OutboxRecord) -> None:
+        """Record a publish owed to the broker."""
+        tx.conn.execute(
+            insert(t.dispatch_outbox).values(
+                outbox_id=record.outbox_id,
+                session_id=record.session_id,
+                task_name=record.task_name,
+                created_at=record.created_at,
+                published_at=record.published_at,
+                attempts=record.attempts,
+            )
+        )
+
+    def mark_published(self, tx: SqlTx, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published and count the attempt."""
+        ob = t.dispatch_outbox.c
+        tx.conn.execute(
+            update(t.dispatch_outbox)
+            .where(ob.outbox_id == outbox_id)
+            .values(published_at=at, attempts=ob.attempts + 1)
+        )
+
+    def bump_epoch(self, session_id: str, *, at: datetime) -> int:
+        """Increment the fencing epoch in its own transaction; status → running."""
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                update(t.sessions)
+                .where(t.sessions.c.session_id == session_id)
+                .values(
+                    lease_epoch=t.sessions.c.lease_epoch + 1,
+                    status=SessionStatus.RUNNING.value,
+                    updated_at=at,
+                )
+                .returning(t.sessions.c.lease_epoch)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"no session {session_id}")
+        return int(row[0])
