@@ -7,6 +7,7 @@ way, so they work on the real ``tools`` queue too.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Mapping
@@ -15,8 +16,18 @@ from typing import Any, ClassVar
 
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside
 
-__all__ = ["ExclusiveProbe", "Noop", "Probe", "ProbeLog", "Sleep", "SleepLocal"]
+__all__ = [
+    "ExclusiveProbe",
+    "Noop",
+    "Probe",
+    "ProbeLog",
+    "SendMessage",
+    "SendMessageNoId",
+    "Sleep",
+    "SleepLocal",
+]
 
 
 class Sleep(Tool):
@@ -145,3 +156,60 @@ class Noop(Tool):
     def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
         """Return at once."""
         return ToolOutcome(ToolStatus.OK, "ok", {"noop": True})
+
+
+class SendMessage(Tool):
+    """A deliver-kind tool: "sends" a message by appending it to an outbox file.
+
+    Arguments: ``{"outbox": str, "to": str, "text": str}``; ``outbox`` is a
+    path inside the workspace.  Idempotent: the line carries the external id
+    derived from ``ctx.idempotency_key``, and a second run with the same key
+    appends nothing.  Evidence: ``external_id`` (``msg-<sha256 of the key,
+    16 hex>``), ``outbox`` (relative path), ``to``.
+    """
+
+    spec = ToolSpec(
+        name="SendMessage",
+        description="Send a message to a recipient (appended to the outbox file).",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "outbox": {"type": "string", "minLength": 1},
+                "to": {"type": "string", "minLength": 1},
+                "text": {"type": "string"},
+            },
+            "required": ["outbox", "to", "text"],
+            "additionalProperties": False,
+        },
+        read_only=False,
+        concurrency_safe=False,
+        idempotent=True,
+        evidence_kind=EvidenceKind.DELIVER,
+        timeout_s=10.0,
+    )
+
+    #: Whether the receipt carries the external id (the variant below omits it).
+    reports_external_id: ClassVar[bool] = True
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Append ``<external_id>\\t<to>\\t<text>`` once per idempotency key."""
+        path = resolve_inside(ctx.workspace, str(arguments["outbox"]))
+        rel = relative_to_workspace(ctx.workspace, path)
+        external_id = "msg-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:16]
+        text = str(arguments["text"]).replace("\n", " ")
+        existing = path.read_text("utf-8").splitlines() if path.is_file() else []
+        if not any(line.startswith(external_id + "\t") for line in existing):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(f"{external_id}\t{arguments['to']}\t{text}\n")
+        evidence: dict[str, Any] = {"outbox": rel, "to": str(arguments["to"])}
+        if type(self).reports_external_id:
+            evidence["external_id"] = external_id
+        return ToolOutcome(ToolStatus.OK, f"sent to {arguments['to']}", evidence)
+
+
+class SendMessageNoId(SendMessage):
+    """:class:`SendMessage` whose receipt lacks the external id (not delivery evidence)."""
+
+    spec = replace(SendMessage.spec, name="SendMessageNoId")
+    reports_external_id: ClassVar[bool] = False

@@ -266,3 +266,8 @@ def _is_connection_error(exc: BaseException) -> bool:
     import redis
 
     return isinstance(exc, kombu.exceptions.OperationalError | redis.ConnectionError | OSError)
+
+
+from nahida_workers.cli.eval_cmd import eval_command  # noqa: E402
+
+app.command("eval")(eval_command)

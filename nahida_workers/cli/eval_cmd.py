@@ -1,0 +1,62 @@
+"""``nahida eval``: run the evaluation set and print expected vs actual terminal states.
+
+Exit codes: 0 every session ended as expected; 1 some did not; 2 the set file
+is missing or invalid (a :class:`~nahida_workers.errors.ConfigError`, turned
+into a message by ``cli.main``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from nahida_workers.evaluation import DEFAULT_SET, EvalReport, load_eval_set, run_eval_set
+
+__all__ = ["eval_command", "eval_table"]
+
+
+def eval_table(report: EvalReport) -> Table:
+    """One row per session: expected vs actual state/reason, provider calls, ok/MISMATCH."""
+    table = Table(title="evaluation set")
+    for column in ("name", "category", "expected", "actual", "provider calls", "result"):
+        table.add_column(column, justify="right" if column == "provider calls" else "left")
+    for row in report.rows:
+        expect = row.case.expect
+        calls = str(row.calls) if row.calls_ok else f"{row.calls} (expected {expect.calls})"
+        table.add_row(
+            row.case.name,
+            row.case.category,
+            f"{expect.state.value}/{expect.reason.value}",
+            f"{row.state}/{row.reason}",
+            calls,
+            "ok" if row.ok else "[red]MISMATCH[/red]",
+        )
+    return table
+
+
+def eval_command(
+    set_path: Annotated[
+        Path,
+        typer.Option(
+            "--set",
+            help="Evaluation set file (YAML); default: the repository's tests/eval/sessions.yaml.",
+        ),
+    ] = DEFAULT_SET,
+) -> None:
+    """Run the evaluation set in-process and compare terminal states with expectations.
+
+    Prints one row per session and a summary line with the completed-without-receipt
+    rate and the share of pure questions completed in one provider call.  Exits 0 iff
+    every session ended as expected.
+    """
+    cases = load_eval_set(set_path)
+    report = run_eval_set(cases)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(eval_table(report))
+    console.print(report.summary(), highlight=False)
+    raise typer.Exit(0 if report.ok else 1)

@@ -1,0 +1,306 @@
+"""The evaluation set: scripted sessions and the terminal state each must end in (issue 5).
+
+``tests/eval/sessions.yaml`` lists sessions in six categories (read, inspect,
+modify, run_tests, send, question).  Each names a prompt, the workspace files
+to create, the completion contract, the scripted provider turns and the
+expected terminal state, reason and provider calls.  :func:`run_eval_set`
+runs every session in-process (``run_inline``: in-memory ledger, real tools)
+on a fresh temporary workspace and compares.
+
+Two rates summarise the set:
+
+* completed-without-receipt: among sessions whose final answer claims an
+  action (:func:`~nahida_workers.core.policy.detectors.claims`) that no
+  receipt of the run backs (:func:`unbacked_claims`), the share that ended
+  ``completed`` -- it must be 0;
+* question one-call: the share of pure questions that ended ``completed`` in
+  exactly one provider call -- it must be 1.
+
+In a script, ``{python}`` stands for this interpreter and ``{pytest}`` for
+pytest run by it without plugins or ``.pyc`` files (fast, and no stale
+bytecode after an Edit that keeps a file's size).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nahida_workers.core.events import (
+    CompletionContract,
+    EventType,
+    EvidenceKind,
+    ExecutionReceipt,
+    ReasonCode,
+    TerminalState,
+    ToolStatus,
+)
+from nahida_workers.core.messages import ToolChoice
+from nahida_workers.core.policy.detectors import Claim, claims
+from nahida_workers.errors import ConfigError
+from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec
+from nahida_workers.runtime.wiring import registry_for
+from nahida_workers.settings import Settings
+from nahida_workers.testing import memory_runner, run_inline
+
+__all__ = [
+    "CATEGORIES",
+    "DEFAULT_SET",
+    "EvalCase",
+    "EvalReport",
+    "EvalRow",
+    "load_eval_set",
+    "run_case",
+    "run_eval_set",
+    "unbacked_claims",
+]
+
+#: The set shipped with the repository (resolved from this package's location).
+DEFAULT_SET = Path(__file__).resolve().parent.parent / "tests" / "eval" / "sessions.yaml"
+
+Category = Literal["read", "inspect", "modify", "run_tests", "send", "question"]
+#: The categories of issue 5, in display order.
+CATEGORIES: tuple[str, ...] = ("read", "inspect", "modify", "run_tests", "send", "question")
+
+_PYTHON = shlex.quote(sys.executable)
+_PLACEHOLDERS = {
+    "{pytest}": f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {_PYTHON} -B -m pytest -q -p no:cacheprovider",
+    "{python}": _PYTHON,
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Expect(_Model):
+    """The terminal state, reason and provider calls a session must end with."""
+
+    state: TerminalState
+    reason: ReasonCode
+    calls: int | None = Field(None, ge=0)
+
+
+class EvalCase(_Model):
+    """One session of the set.
+
+    Attributes:
+        name / category: identity (names are unique in a set).
+        prompt: the user's request.
+        files: workspace files to create (relative path -> UTF-8 text).
+        contract / limits / tools / tool_choice: the session spec.
+        turns: the scripted provider's turns (see ``providers/scripted.py``).
+        expect: what the run must end as.
+    """
+
+    name: str
+    category: Category
+    prompt: str
+    files: dict[str, str] = Field(default_factory=dict)
+    contract: CompletionContract = Field(default_factory=CompletionContract)
+    limits: Limits = Field(default_factory=Limits)
+    tools: tuple[str, ...] = DEFAULT_TOOLS
+    tool_choice: ToolChoice = ToolChoice.AUTO
+    turns: tuple[dict[str, Any], ...]
+    expect: Expect
+
+    def spec(self) -> SessionSpec:
+        """The session spec, placeholders in the script expanded."""
+        return SessionSpec(
+            prompt=self.prompt,
+            provider={"kind": "scripted", "script": {"turns": _expand(list(self.turns))}},
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+            contract=self.contract,
+            limits=self.limits,
+        )
+
+
+def _expand(value: Any) -> Any:
+    if isinstance(value, str):
+        for placeholder, text in _PLACEHOLDERS.items():
+            value = value.replace(placeholder, text)
+        return value
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    return value
+
+
+def load_eval_set(path: str | Path = DEFAULT_SET) -> list[EvalCase]:
+    """The sessions of a set file (a YAML list, or a mapping with ``sessions:``).
+
+    Raises:
+        ConfigError: the file is missing or malformed, an entry is invalid
+            (the message names it), or two entries share a name.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read evaluation set {path}: {exc}") from None
+    entries = data.get("sessions") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"evaluation set {path} must hold a non-empty list of sessions")
+    cases: list[EvalCase] = []
+    for index, entry in enumerate(entries):
+        try:
+            cases.append(EvalCase.model_validate(entry))
+        except ValidationError as exc:
+            name = entry.get("name", f"#{index}") if isinstance(entry, dict) else f"#{index}"
+            raise ConfigError(f"invalid session {name} in {path}:\n{exc}") from None
+    names = [c.name for c in cases]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"evaluation set {path}: duplicate session names {duplicates}")
+    return cases
+
+
+def unbacked_claims(text: str, receipts: Iterable[ExecutionReceipt]) -> frozenset[Claim]:
+    """The actions ``text`` claims that no receipt backs.
+
+    Read: a successful observe receipt (Read, Grep, Glob, LS) or Bash.
+    Changed: a successful Write/Edit whose sha256 changed, or Bash (a command
+    may change files).  Ran: a Bash receipt with an exit code (the command
+    ran, whatever it returned).  Sent: a successful deliver receipt with its
+    external id.
+    """
+    backed: set[Claim] = set()
+    for r in receipts:
+        if r.tool_name == "Bash" and "exit_code" in r.evidence:
+            backed.add(Claim.RAN)
+        if r.status is not ToolStatus.OK:
+            continue
+        if r.tool_name == "Bash":
+            backed |= {Claim.READ, Claim.CHANGED}
+        if r.evidence_kind is EvidenceKind.OBSERVE:
+            backed.add(Claim.READ)
+        if r.tool_name in ("Write", "Edit") and r.evidence.get("sha256_after") != r.evidence.get(
+            "sha256_before"
+        ):
+            backed.add(Claim.CHANGED)
+        if r.evidence_kind is EvidenceKind.DELIVER and r.evidence.get("external_id"):
+            backed.add(Claim.SENT)
+    return frozenset(claims(text) - backed)
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """What one session ended as, next to what it should have.
+
+    Attributes:
+        case: the session.
+        state / reason: the terminal state and reason of its run.
+        calls: provider calls (``assistant_output`` events).
+        answer: the text of the last provider turn.
+        claimed / unbacked: actions the answer claims, and those no receipt backs.
+    """
+
+    case: EvalCase
+    state: str
+    reason: str
+    calls: int
+    answer: str
+    claimed: frozenset[Claim]
+    unbacked: frozenset[Claim]
+
+    @property
+    def calls_ok(self) -> bool:
+        """The provider calls match (or the case does not say)."""
+        return self.case.expect.calls is None or self.case.expect.calls == self.calls
+
+    @property
+    def ok(self) -> bool:
+        """State, reason and provider calls are what the case expects."""
+        expect = self.case.expect
+        return (self.state, self.reason) == (expect.state.value, expect.reason.value) and (
+            self.calls_ok
+        )
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """The rows of one evaluation, in set order."""
+
+    rows: tuple[EvalRow, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Every row matches its expectation."""
+        return all(row.ok for row in self.rows)
+
+    @property
+    def completed_without_receipt(self) -> tuple[int, int]:
+        """``(completed, total)`` over sessions whose answer claims an unbacked action."""
+        claiming = [r for r in self.rows if r.unbacked]
+        return sum(1 for r in claiming if r.state == TerminalState.COMPLETED.value), len(claiming)
+
+    @property
+    def question_one_call(self) -> tuple[int, int]:
+        """``(completed in one provider call, total)`` over the pure questions."""
+        questions = [r for r in self.rows if r.case.category == "question"]
+        done = sum(1 for r in questions if r.state == "completed" and r.calls == 1)
+        return done, len(questions)
+
+    def summary(self) -> str:
+        """One line: matches, the completed-without-receipt rate, the one-call rate."""
+        matched = sum(1 for r in self.rows if r.ok)
+        bad, claiming = self.completed_without_receipt
+        one, questions = self.question_one_call
+        return (
+            f"{matched}/{len(self.rows)} sessions match; "
+            f"completed-without-receipt rate {_rate(bad, claiming)} ({bad}/{claiming}); "
+            f"pure questions completed in one call {_rate(one, questions)} ({one}/{questions})"
+        )
+
+
+def _rate(part: int, whole: int) -> str:
+    return f"{(part / whole if whole else 0.0):.0%}"
+
+
+def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
+    """Run one session on ``workspace`` (created, filled with the case's files)."""
+    settings = settings or Settings(_env_file=None)
+    workspace.mkdir(parents=True, exist_ok=True)
+    for rel, text in case.files.items():
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, "utf-8")
+    runner = memory_runner(registry_for=lambda spec: registry_for(spec, settings))
+    result = run_inline(case.spec(), workspace, runner=runner)
+    said = [
+        str(e.payload.get("text") or "")
+        for e in result.events
+        if e.type is EventType.ASSISTANT_OUTPUT
+    ]
+    answer = said[-1] if said else ""
+    return EvalRow(
+        case=case,
+        state=str(result.terminal["state"]),
+        reason=str(result.terminal["reason"]),
+        calls=len(said),
+        answer=answer,
+        claimed=frozenset(claims(answer)),
+        unbacked=unbacked_claims(answer, result.receipts),
+    )
+
+
+def run_eval_set(cases: Sequence[EvalCase], *, workdir: Path | None = None) -> EvalReport:
+    """Run every case, each on its own workspace under ``workdir`` (default: a temp dir)."""
+    settings = Settings(_env_file=None)
+    with tempfile.TemporaryDirectory(prefix="nahida-eval-") as tmp:
+        root = workdir or Path(tmp)
+        rows = tuple(
+            run_case(case, root / f"{index:02d}-{case.name}", settings=settings)
+            for index, case in enumerate(cases)
+        )
+    return EvalReport(rows)
