@@ -16,6 +16,8 @@ Exactly one layer owns retries for each family: provider retries live in
 
 from __future__ import annotations
 
+from typing import Any
+
 from nahida_workers.core.events import FailureCode
 
 __all__ = [
@@ -163,9 +165,18 @@ class ProviderError(RunError):
 
 
 class ProviderProtocolError(ProviderError):
-    """The provider's response could not be understood (malformed stream)."""
+    """The provider's response could not be understood (malformed stream).
+
+    ``truncated`` marks a stream that simply stopped early (a transport
+    failure, retried like one); any other protocol error gets one repair
+    attempt (issue 5: "provider protocol invalid after one repair").
+    """
 
     failure_code = FailureCode.PROVIDER_PROTOCOL_INVALID
+
+    def __init__(self, message: str, *, truncated: bool = False, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.truncated = truncated
 
 
 class LedgerError(RunError):

@@ -171,8 +171,8 @@ def unbacked_claims(text: str, receipts: Iterable[ExecutionReceipt]) -> frozense
     Read: a successful observe receipt (Read, Grep, Glob, LS) or Bash.
     Changed: a successful Write/Edit whose sha256 changed, or Bash (a command
     may change files).  Ran: a Bash receipt with an exit code (the command
-    ran, whatever it returned).  Sent: a successful deliver receipt with its
-    external id.
+    ran, whatever it returned).  Passed: a successful Bash receipt (exit code
+    0).  Sent: a successful deliver receipt with its external id.
     """
     backed: set[Claim] = set()
     for r in receipts:
@@ -181,7 +181,7 @@ def unbacked_claims(text: str, receipts: Iterable[ExecutionReceipt]) -> frozense
         if r.status is not ToolStatus.OK:
             continue
         if r.tool_name == "Bash":
-            backed |= {Claim.READ, Claim.CHANGED}
+            backed |= {Claim.READ, Claim.CHANGED, Claim.PASSED}
         if r.evidence_kind is EvidenceKind.OBSERVE:
             backed.add(Claim.READ)
         if r.tool_name in ("Write", "Edit") and r.evidence.get("sha256_after") != r.evidence.get(

@@ -33,7 +33,15 @@ from nahida_workers.core.events import (
     TerminalState,
 )
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
-from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.core.records import (
+    BatchRecord,
+    InboxLimits,
+    InboxMessage,
+    InboxStatus,
+    OutboxRecord,
+    RunRecord,
+    SessionRecord,
+)
 
 __all__ = [
     "Clock",
@@ -140,9 +148,11 @@ class LedgerTx(Protocol):
         cancel_requested: after :meth:`Ledger.lock_session`, whether the
             session's cancel flag was set (read under the same row lock, so a
             fenced writer learns of a cancel at every commit for free).
+        pending_inbox: likewise, how many next-turn inbox messages wait.
     """
 
     cancel_requested: bool
+    pending_inbox: int
 
 
 TxT = TypeVar("TxT")
@@ -247,6 +257,37 @@ class Ledger(Protocol[TxT]):
         """Mark an outbox row published."""
         ...
 
+    # -- inbox (DESIGN.md section 8) ------------------------------------------
+    def enqueue_inbox(
+        self, tx: TxT, message: InboxMessage, limits: InboxLimits
+    ) -> tuple[InboxMessage, bool]:
+        """Add a pending message (idempotent by id); ``(row, created)``.
+
+        Raises:
+            InboxFullError: a pending limit would be exceeded; nothing written.
+        """
+        ...
+
+    def claim_inbox(
+        self, tx: TxT, run_id: str, message_ids: Sequence[str], *, at: datetime
+    ) -> None:
+        """Mark pending messages claimed by ``run_id`` (fenced)."""
+        ...
+
+    def acknowledge_inbox(self, tx: TxT, run_id: str, *, at: datetime) -> int:
+        """Acknowledge what ``run_id`` claimed (with its terminal event); returns the count."""
+        ...
+
+    def inbox(
+        self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
+    ) -> list[InboxMessage]:
+        """A session's inbox messages, oldest first."""
+        ...
+
+    def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
+        """In its own transaction: store ``value`` under ``key``, return the old value."""
+        ...
+
     # -- fencing -------------------------------------------------------------
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """In its own transaction: increment ``lease_epoch``, set status running.
@@ -291,6 +332,10 @@ class Ledger(Protocol[TxT]):
 
     def batches(self) -> list[BatchRecord]:
         """All batches, newest first."""
+        ...
+
+    def quiet_sessions(self, *, older_than: datetime) -> list[str]:
+        """Unfinished sessions whose open run has written nothing since ``older_than``."""
         ...
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:

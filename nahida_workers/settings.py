@@ -64,8 +64,14 @@ class Settings(BaseSettings):
 
     # -- maintenance ---------------------------------------------------------
     metrics_port: int = Field(0, ge=0, le=65535)
+
+    # -- session inbox (DESIGN.md section 8) ---------------------------------
+    inbox_max_user: int = Field(20, ge=1)
+    inbox_max_background: int = Field(100, ge=1)
+    inbox_max_bytes: int = Field(64 * 1024, ge=1024)
     sweeper_interval_s: float = Field(15.0, gt=0)
     redispatch_after_s: float = Field(60.0, gt=0)
+    settle_after_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:

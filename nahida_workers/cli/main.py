@@ -209,6 +209,8 @@ def runs_show(
 
 
 app.command("watch")(session_cmds.watch)
+app.command("steer")(session_cmds.steer)
+app.command("cancel")(session_cmds.cancel)
 
 
 @app.command()

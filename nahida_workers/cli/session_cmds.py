@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,7 +12,7 @@ from nahida_workers.runtime.channel import stream_key
 from nahida_workers.runtime.wiring import redis_client
 from nahida_workers.settings import load_settings
 
-__all__ = ["watch"]
+__all__ = ["cancel", "steer", "watch"]
 
 console = Console()
 
@@ -46,3 +46,37 @@ def watch(
                 if data.get("kind") == "done":
                     return
     raise typer.Exit(1)
+
+
+def _fleet() -> Any:
+    from nahida_workers.runtime.wiring import build_fleet
+    from tasks.app import CeleryTaskQueue, configure
+    from tasks.app import app as celery_app
+
+    settings = load_settings()
+    configure(settings)
+    return build_fleet(settings, CeleryTaskQueue(celery_app))
+
+
+def steer(
+    session_id: Annotated[str, typer.Argument(help="The session to steer.")],
+    text: Annotated[str, typer.Argument(help="What to tell the agent.")],
+    message_id: Annotated[
+        str | None, typer.Option(help="Idempotency id: the same id twice is one message.")
+    ] = None,
+    after_run: Annotated[
+        bool, typer.Option("--after-run", help="Start the next run instead of steering this one.")
+    ] = False,
+) -> None:
+    """Send steering input; the running loop takes it at its next provider boundary."""
+    message, created = _fleet().inbox.post(
+        session_id, text, message_id=message_id, next_turn=not after_run
+    )
+    state = "queued" if created else "already queued (same message id)"
+    console.print(f"message {message.message_id}: {state}")
+
+
+def cancel(session_id: Annotated[str, typer.Argument(help="The session to cancel.")]) -> None:
+    """Stop the session's run at its next boundary; it ends ``cancelled``."""
+    _fleet().inbox.cancel(session_id)
+    console.print(f"session {session_id}: cancel requested")

@@ -96,6 +96,7 @@ class FailureCode(StrEnum):
     LEDGER_WRITE_FAILED = "ledger_write_failed"
     LEASE_LOST = "lease_lost"
     INVALID_CONFIG = "invalid_config"
+    ABANDONED = "abandoned"
     INTERNAL_ERROR = "internal_error"
 
 

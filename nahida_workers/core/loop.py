@@ -36,7 +36,7 @@ from nahida_workers.core.messages import (
     ToolSchema,
 )
 from nahida_workers.core.ordering import Batch, plan_batches
-from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_payload, result_payload
+from nahida_workers.core.payloads import call_payload, result_payload
 from nahida_workers.core.policy import (
     CandidateContext,
     ContinueWithInbox,
@@ -47,7 +47,7 @@ from nahida_workers.core.policy import (
     evaluate_candidate,
 )
 from nahida_workers.core.state import RunState
-from nahida_workers.core.transcript import orphan_calls, project
+from nahida_workers.core.transcript import project
 
 __all__ = [
     "CallProvider",
@@ -63,7 +63,6 @@ __all__ = [
     "Signals",
     "decide",
     "final_text_for",
-    "recovery_events",
     "result_events",
     "terminal_event",
     "turn_events",
@@ -254,6 +253,8 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
             bound.text,
             "bound",
         )
+    if signals.pending_steering > 0:  # a provider boundary with every call answered
+        return ClaimInbox()
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,
@@ -450,46 +451,6 @@ def result_events(
         )
         for i, r in enumerate(results)
     )
-
-
-def recovery_events(state: RunState, *, now: datetime, epoch: int) -> tuple[Event, ...]:
-    """Close every orphan call of the whole run (not only the tail; case B06).
-
-    Each committed call without a result gets a synthetic ``interrupted``
-    result -- never re-executed: its side effect may have happened.  One
-    ``control`` event records the recovery.  Running it again on the result
-    changes nothing (no orphans are left).
-    """
-    orphans = orphan_calls(state.events)
-    if not orphans:
-        return ()
-    events = [
-        _event(
-            state,
-            0,
-            EventType.CONTROL,
-            {"kind": "recovery", "epoch": epoch, "closed": [c.call_id for c in orphans]},
-            now,
-        )
-    ]
-    for call in orphans:
-        events.append(
-            _event(
-                state,
-                len(events),
-                EventType.TOOL_RESULT,
-                result_payload(
-                    call_id=call.call_id,
-                    name=call.name,
-                    status=ToolStatus.INTERRUPTED,
-                    content=INTERRUPTED_TEXT,
-                    synthetic=True,
-                ),
-                now,
-                call.call_id,
-            )
-        )
-    return tuple(events)
 
 
 def terminal_event(state: RunState, finish: Finish, *, now: datetime) -> Event:

@@ -6,7 +6,9 @@ read them.  Timestamps are timezone-aware UTC datetimes supplied by callers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +21,16 @@ from nahida_workers.core.events import (
     TerminalState,
 )
 
-__all__ = ["BatchRecord", "OutboxRecord", "RunRecord", "SessionRecord"]
+__all__ = [
+    "BatchRecord",
+    "InboxKind",
+    "InboxLimits",
+    "InboxMessage",
+    "InboxStatus",
+    "OutboxRecord",
+    "RunRecord",
+    "SessionRecord",
+]
 
 
 class _Record(BaseModel):
@@ -90,3 +101,56 @@ class OutboxRecord(_Record):
     created_at: datetime
     published_at: datetime | None = None
     attempts: int = 0
+
+
+class InboxKind(StrEnum):
+    """Who wrote an inbox message."""
+
+    USER = "user"  # steering from a person or a script
+    BACKGROUND = "background"  # a background completion (a child session's result)
+
+
+class InboxStatus(StrEnum):
+    """pending -> claimed (committed as user input of a run) -> acknowledged (run sealed)."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    ACKNOWLEDGED = "acknowledged"
+
+
+class InboxMessage(_Record):
+    """``session_inbox`` row (DESIGN.md section 8).
+
+    Attributes:
+        message_id: primary key; enqueueing the same id twice is one message.
+        next_turn: claimed at the next provider boundary of the running run;
+            False waits for the run to end and starts the next run.
+        size_bytes: UTF-8 size of ``text`` (counted against the byte budget).
+    """
+
+    message_id: str
+    session_id: str
+    kind: InboxKind = InboxKind.USER
+    text: str
+    size_bytes: int = 0
+    status: InboxStatus = InboxStatus.PENDING
+    next_turn: bool = True
+    created_at: datetime
+    claimed_at: datetime | None = None
+    claimed_run_id: str | None = None
+    acknowledged_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class InboxLimits:
+    """Bounds of one session's pending inbox (DESIGN.md section 8, issue 6).
+
+    Attributes:
+        max_user: pending steering messages.
+        max_background: pending background completions.
+        max_bytes: UTF-8 bytes of all pending messages together.
+    """
+
+    max_user: int = 20
+    max_background: int = 100
+    max_bytes: int = 64 * 1024

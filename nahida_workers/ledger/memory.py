@@ -22,14 +22,28 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
-from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.core.records import (
+    BatchRecord,
+    InboxLimits,
+    InboxMessage,
+    InboxStatus,
+    OutboxRecord,
+    RunRecord,
+    SessionRecord,
+)
 from nahida_workers.errors import (
     EventAfterTerminalError,
     LedgerIntegrityError,
     NotFoundError,
     StaleEpochError,
 )
-from nahida_workers.ledger.rules import RunFacts, cap_payload, check_append, check_receipts
+from nahida_workers.ledger.rules import (
+    RunFacts,
+    cap_payload,
+    check_append,
+    check_inbox,
+    check_receipts,
+)
 from nahida_workers.ports import Fence
 
 __all__ = ["MemoryLedger", "MemoryTx"]
@@ -41,6 +55,7 @@ class MemoryTx:
     def __init__(self) -> None:
         self.fence: Fence | None = None
         self.cancel_requested = False
+        self.pending_inbox = 0
         self.undo: list[Callable[[], None]] = []
 
 
@@ -63,6 +78,8 @@ class MemoryLedger:
         self._events: dict[str, list[Event]] = {}
         self._receipts: dict[str, list[ExecutionReceipt]] = {}
         self._outbox: dict[str, OutboxRecord] = {}
+        self._inbox: dict[str, InboxMessage] = {}
+        self._fleet: dict[str, str] = {}
         self.commit_hook: Callable[[], None] | None = None
 
     # -- transactions ----------------------------------------------------------
@@ -100,6 +117,11 @@ class MemoryLedger:
             )
         tx.fence = Fence(session_id, epoch)
         tx.cancel_requested = session.cancel_requested_at is not None
+        tx.pending_inbox = sum(
+            1
+            for m in self._inbox.values()
+            if m.session_id == session_id and m.status is InboxStatus.PENDING and m.next_turn
+        )
 
     def _require_fence(self, tx: MemoryTx, run_id: str) -> Fence:
         if tx.fence is None:
@@ -286,6 +308,77 @@ class MemoryLedger:
             )
         return epoch
 
+    def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
+        """Store ``value`` under ``key``; return the value it replaced (None if new)."""
+        with self._lock:
+            old = self._fleet.get(key)
+            self._fleet[key] = value
+            return old
+
+    # -- inbox -------------------------------------------------------------------
+    def enqueue_inbox(
+        self, tx: MemoryTx, message: InboxMessage, limits: InboxLimits
+    ) -> tuple[InboxMessage, bool]:
+        """Add a pending message, or return the one already holding its id."""
+        if message.session_id not in self._sessions:
+            raise NotFoundError(f"no session {message.session_id}")
+        existing = self._inbox.get(message.message_id)
+        if existing is not None:
+            return existing, False
+        pending = [
+            (m.kind.value, m.size_bytes)
+            for m in self._inbox.values()
+            if m.session_id == message.session_id and m.status is InboxStatus.PENDING
+        ]
+        check_inbox(pending, message.kind.value, message.size_bytes, limits)
+        self._put(tx, self._inbox, message.message_id, message)  # type: ignore[arg-type]
+        return message, True
+
+    def claim_inbox(
+        self, tx: MemoryTx, run_id: str, message_ids: Sequence[str], *, at: datetime
+    ) -> None:
+        """Mark pending messages of the fenced session claimed by ``run_id``."""
+        if not message_ids:
+            return
+        fence = self._require_fence(tx, run_id)
+        for message_id in set(message_ids):
+            message = self._inbox.get(message_id)
+            if (
+                message is None
+                or message.session_id != fence.session_id
+                or message.status is not InboxStatus.PENDING
+            ):
+                raise LedgerIntegrityError("inbox messages are not pending for this session")
+            claimed = message.model_copy(
+                update={"status": InboxStatus.CLAIMED, "claimed_at": at, "claimed_run_id": run_id}
+            )
+            self._put(tx, self._inbox, message_id, claimed)  # type: ignore[arg-type]
+
+    def acknowledge_inbox(self, tx: MemoryTx, run_id: str, *, at: datetime) -> int:
+        """Acknowledge every message ``run_id`` claimed; returns how many."""
+        self._require_fence(tx, run_id)
+        done = 0
+        for message_id, message in list(self._inbox.items()):
+            if message.claimed_run_id == run_id and message.status is InboxStatus.CLAIMED:
+                acked = message.model_copy(
+                    update={"status": InboxStatus.ACKNOWLEDGED, "acknowledged_at": at}
+                )
+                self._put(tx, self._inbox, message_id, acked)  # type: ignore[arg-type]
+                done += 1
+        return done
+
+    def inbox(
+        self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
+    ) -> list[InboxMessage]:
+        """A session's inbox messages, oldest first."""
+        with self._lock:
+            found = [
+                m
+                for m in self._inbox.values()
+                if m.session_id == session_id and (statuses is None or m.status in statuses)
+            ]
+        return sorted(found, key=lambda m: (m.created_at, m.message_id))
+
     # -- reads -------------------------------------------------------------------
     def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
         """A new owner's read of its run: every event and receipt."""
@@ -329,6 +422,23 @@ class MemoryLedger:
                 and (statuses is None or s.status in statuses)
             ]
         return sorted(found, key=lambda s: (s.created_at, s.session_id))
+
+    def quiet_sessions(self, *, older_than: datetime) -> list[str]:
+        """Unfinished sessions whose open run has written nothing since ``older_than``."""
+        with self._lock:
+            quiet = []
+            for session in self._sessions.values():
+                if session.status not in (SessionStatus.QUEUED, SessionStatus.RUNNING):
+                    continue
+                for run in self._runs.values():
+                    if run.session_id != session.session_id or run.terminal_state is not None:
+                        continue
+                    events = self._events.get(run.run_id, [])
+                    if run.started_at < older_than and not any(
+                        e.created_at is not None and e.created_at >= older_than for e in events
+                    ):
+                        quiet.append(session.session_id)
+            return sorted(set(quiet))
 
     def batches(self) -> list[BatchRecord]:
         """All batches, newest first."""

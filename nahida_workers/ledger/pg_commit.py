@@ -45,6 +45,9 @@ SELECT 'lock' AS k, lease_epoch AS n,
        CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END AS flag, NULL::text AS cid
 FROM lock
 UNION ALL
+SELECT 'inbox', count(*), 0, NULL FROM session_inbox
+WHERE session_id = :session_id AND status = 'pending' AND next_turn
+UNION ALL
 SELECT 'max', max(sequence), 0, NULL FROM agent_run_events WHERE run_id = :run_id
 UNION ALL
 SELECT 'term', sequence, 0, NULL FROM agent_run_events
@@ -68,6 +71,7 @@ class Locked:
     epoch: int
     cancel_requested: bool
     facts: RunFacts
+    pending_inbox: int = 0
 
 
 def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked | None:
@@ -80,12 +84,15 @@ def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked 
     """
     epoch: int | None = None
     cancel = False
+    pending = 0
     facts = RunFacts(partial=True)
     for kind, number, flag, call_id in conn.execute(
         _LOCK_AND_PREFETCH, {"session_id": session_id, "run_id": run_id}
     ):
         if kind == "lock":
             epoch, cancel = int(number), bool(flag)
+        elif kind == "inbox":
+            pending = int(number)
         elif kind == "max":
             facts.max_sequence = number or 0
         elif kind == "term":
@@ -98,7 +105,7 @@ def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked 
                 facts.receipts.add(call_id)
     if epoch is None:
         return None
-    return Locked(epoch, cancel, facts)
+    return Locked(epoch, cancel, facts, pending)
 
 
 _EVENT_COLUMNS = (
@@ -136,7 +143,9 @@ written_receipts AS (
     {_INSERT_RECEIPTS} WHERE (SELECT lease_epoch FROM lock) = :epoch RETURNING 1
 )
 SELECT lease_epoch, CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END,
-       (SELECT count(*) FROM written_events), (SELECT count(*) FROM written_receipts)
+       (SELECT count(*) FROM written_events), (SELECT count(*) FROM written_receipts),
+       (SELECT count(*) FROM session_inbox
+        WHERE session_id = :session_id AND status = 'pending' AND next_turn)
 FROM lock
 """
 )
@@ -150,6 +159,7 @@ class Fenced:
     cancel_requested: bool
     events_written: int
     receipts_written: int
+    pending_inbox: int = 0
 
 
 def _json_default(value: Any) -> str:
@@ -183,4 +193,4 @@ def fenced_insert(
     ).first()
     if row is None:
         return None
-    return Fenced(int(row[0]), bool(row[1]), int(row[2]), int(row[3]))
+    return Fenced(int(row[0]), bool(row[1]), int(row[2]), int(row[3]), int(row[4]))

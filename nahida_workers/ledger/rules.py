@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
+from nahida_workers.core.records import InboxLimits
 from nahida_workers.errors import (
     CallNotCommittedError,
     DuplicateResultError,
     DuplicateSequenceError,
     EventAfterTerminalError,
+    InboxFullError,
     LedgerIntegrityError,
 )
 
@@ -31,6 +33,7 @@ __all__ = [
     "RunFacts",
     "cap_payload",
     "check_append",
+    "check_inbox",
     "check_receipts",
     "record_events",
     "redact",
@@ -256,3 +259,25 @@ def cap_payload(payload: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         container[key] = _capped(text, encoded)
         size = len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
     return out  # type: ignore[no-any-return]
+
+
+def check_inbox(
+    pending: Sequence[tuple[str, int]], kind: str, size_bytes: int, limits: InboxLimits
+) -> None:
+    """Refuse a message that would push the pending inbox past its limits.
+
+    Args:
+        pending: ``(kind, size_bytes)`` of each pending message.
+
+    Raises:
+        InboxFullError: with the limit that was hit; nothing was enqueued.
+    """
+    count = sum(1 for k, _ in pending if k == kind)
+    cap = limits.max_user if kind == "user" else limits.max_background
+    if count >= cap:
+        raise InboxFullError(f"inbox full: {count} pending {kind} messages (limit {cap})")
+    used = sum(size for _, size in pending)
+    if used + size_bytes > limits.max_bytes:
+        raise InboxFullError(
+            f"inbox full: {used} + {size_bytes} bytes pending exceeds {limits.max_bytes}"
+        )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -38,7 +39,9 @@ __all__ = [
     "agent_runs",
     "batches",
     "dispatch_outbox",
+    "fleet_state",
     "metadata",
+    "session_inbox",
     "sessions",
 ]
 
@@ -145,4 +148,31 @@ dispatch_outbox = Table(
     Column("published_at", DateTime(timezone=True), nullable=True),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Index("ix_outbox_unpublished", "created_at", postgresql_where=text("published_at IS NULL")),
+)
+
+#: Added by migration 0002: steering input and background completions.
+session_inbox = Table(
+    "session_inbox",
+    metadata,
+    Column("message_id", String(200), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("size_bytes", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("next_turn", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=True),
+    Column("claimed_run_id", String(64), nullable=True),
+    Column("acknowledged_at", DateTime(timezone=True), nullable=True),
+    Index("ix_inbox_session_status", "session_id", "status"),
+)
+
+#: Added by migration 0003: small facts kept outside Redis (the broker's run id).
+fleet_state = Table(
+    "fleet_state",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )

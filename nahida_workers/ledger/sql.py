@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    func,
     insert,
     select,
 )
@@ -33,6 +34,7 @@ from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
 )
+from nahida_workers.core.records import InboxStatus
 from nahida_workers.errors import (
     LedgerIntegrityError,
     LedgerUnavailableError,
@@ -56,6 +58,7 @@ from nahida_workers.ledger.sql_base import (
     now,
 )
 from nahida_workers.ledger.sql_facts import exact_facts
+from nahida_workers.ledger.sql_inbox import InboxOps
 from nahida_workers.ledger.sql_reads import Reads
 from nahida_workers.ledger.sql_records import RecordWrites
 from nahida_workers.ports import Fence
@@ -67,7 +70,7 @@ DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
 CARRIED_FACTS_MAX = 4096
 
 
-class SqlLedger(Reads, RecordWrites):
+class SqlLedger(Reads, RecordWrites, InboxOps):
     """The ledger on a SQL database (see :class:`nahida_workers.ports.Ledger`).
 
     Args:
@@ -189,6 +192,7 @@ class SqlLedger(Reads, RecordWrites):
         check_epoch(fence.session_id, fence.epoch, written.epoch)
         tx.fence, tx.pending = fence, None
         tx.cancel_requested = written.cancel_requested
+        tx.pending_inbox = written.pending_inbox
 
     def _carried_facts(self, key: Any) -> RunFacts | None:
         with self._carried_lock:
@@ -211,6 +215,7 @@ class SqlLedger(Reads, RecordWrites):
         check_epoch(fence.session_id, fence.epoch, locked.epoch)
         tx.fence = fence
         tx.cancel_requested = locked.cancel_requested
+        tx.pending_inbox = locked.pending_inbox
         tx.facts[run_id] = locked.facts
 
     def lock_session(self, tx: SqlTx, session_id: str, epoch: int) -> None:
@@ -220,16 +225,27 @@ class SqlLedger(Reads, RecordWrites):
             NotFoundError: no such session.
             StaleEpochError: another owner bumped the epoch.
         """
+        ib = t.session_inbox.c
+        pending = (
+            select(func.count())
+            .where(
+                ib.session_id == session_id,
+                ib.status == InboxStatus.PENDING.value,
+                ib.next_turn.is_(True),
+            )
+            .scalar_subquery()
+        )
         row = tx.conn.execute(
-            select(t.sessions.c.lease_epoch, t.sessions.c.cancel_requested_at)
+            select(t.sessions.c.lease_epoch, t.sessions.c.cancel_requested_at, pending)
             .where(t.sessions.c.session_id == session_id)
-            .with_for_update()
+            .with_for_update(of=t.sessions)
         ).first()
         if row is None:
             raise NotFoundError(f"no session {session_id}")
         check_epoch(session_id, epoch, row.lease_epoch)
         tx.fence = Fence(session_id, epoch)
         tx.cancel_requested = row.cancel_requested_at is not None
+        tx.pending_inbox = int(row[2])
 
     def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
         """The fence a write to ``run_id`` runs under.
@@ -333,6 +349,7 @@ class SqlLedger(Reads, RecordWrites):
             check_epoch(fence.session_id, fence.epoch, written.epoch)
             tx.fence, tx.pending = fence, None
             tx.cancel_requested = written.cancel_requested
+            tx.pending_inbox = written.pending_inbox
         else:
             if event_rows:
                 tx.conn.execute(insert(t.agent_run_events), event_rows)

@@ -128,6 +128,7 @@ class SqlTx:
         self.fence: Fence | None = None
         self.pending: Fence | None = None
         self.cancel_requested = False  # read with the fence's row lock
+        self.pending_inbox = 0  # pending next-turn inbox messages, read with the lock
         self.facts: dict[str, RunFacts] = {}
         self.known_ids: set[str] = set()
         self.runs: dict[str, str] = {}  # run_id -> session_id written or read in this tx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -132,6 +133,23 @@ class Reads:
             )
             for r in rows
         ]
+
+    def quiet_sessions(self, *, older_than: datetime) -> list[str]:
+        """Unfinished sessions whose open run has written nothing since ``older_than``."""
+        s, r, e = t.sessions.c, t.agent_runs.c, t.agent_run_events.c
+        recent = select(e.event_id).where(e.run_id == r.run_id, e.created_at >= older_than).exists()
+        query = (
+            select(s.session_id)
+            .join(t.agent_runs, (r.session_id == s.session_id) & r.terminal_state.is_(None))
+            .where(
+                s.status.in_([SessionStatus.QUEUED.value, SessionStatus.RUNNING.value]),
+                r.started_at < older_than,
+                ~recent,
+            )
+            .order_by(s.session_id)
+        )
+        with self._read() as conn:
+            return list(conn.execute(query).scalars())
 
     def sessions(
         self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None

@@ -210,3 +210,16 @@ class RecordWrites:
         if row is None:
             raise NotFoundError(f"no session {session_id}")
         return int(row[0])
+
+    def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
+        """Store ``value`` under ``key``; return the value it replaced (None if new)."""
+        fs = t.fleet_state.c
+        with self.transaction() as tx:
+            old = tx.conn.execute(select(fs.value).where(fs.key == key).with_for_update()).scalar()
+            if old is None:
+                tx.conn.execute(insert(t.fleet_state).values(key=key, value=value, updated_at=at))
+            else:
+                tx.conn.execute(
+                    update(t.fleet_state).where(fs.key == key).values(value=value, updated_at=at)
+                )
+        return str(old) if old is not None else None

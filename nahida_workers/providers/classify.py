@@ -100,6 +100,7 @@ def build_turn(
                 f"{len(tool_calls)} tool call(s) were incomplete; none will run",
                 retryable=True,
                 failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
+                truncated=True,
             )
         anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
     if tool_calls:

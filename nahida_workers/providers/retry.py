@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
-from nahida_workers.errors import ProviderError
+from nahida_workers.errors import ProviderError, ProviderProtocolError
 
 __all__ = ["RetryPolicy", "call_with_retries"]
 
@@ -44,6 +44,10 @@ class RetryPolicy:
         max_delay_s: cap on one backoff (before jitter).
         jitter_s: up to this much random time is added to each backoff.
         max_total_wait_s: cap on the sum of all waits of one call.
+        max_protocol_repairs: retries of a malformed response
+            (:class:`ProviderProtocolError`; a merely truncated stream is
+            retried like a transport error): one repair, then the run fails
+            ``provider_protocol_invalid`` (issue 5 item 1).
     """
 
     max_retries: int = 2
@@ -51,6 +55,7 @@ class RetryPolicy:
     max_delay_s: float = 20.0
     jitter_s: float = 0.5
     max_total_wait_s: float = 60.0
+    max_protocol_repairs: int = 1
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -93,9 +98,17 @@ def call_with_retries(
             waits[attempt] = max(retry_after or 0.0, min(backoff, remaining))
         return waits[attempt]
 
+    protocol_failures = 0
+
     def should_stop(state: RetryCallState) -> bool:
+        nonlocal protocol_failures
         if state.attempt_number > policy.max_retries:
             return True
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, ProviderProtocolError) and not exc.truncated:
+            protocol_failures += 1
+            if protocol_failures > policy.max_protocol_repairs:
+                return True
         remaining = policy.max_total_wait_s - state.idle_for
         # Give up once the wait budget is spent, and never wait less than
         # Retry-After: if that does not fit in what is left, give up now.

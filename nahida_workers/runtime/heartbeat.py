@@ -62,13 +62,35 @@ class Heartbeat:
         return self._lost.is_set()
 
     def check(self) -> None:
-        """Raise if the lease is lost.
+        """Raise if the lease is lost, or if no renewal succeeded for a whole TTL.
+
+        The second test catches a process that was paused (SIGSTOP, a VM
+        freeze) before its heartbeat thread had a chance to notice: after
+        ``SIGCONT`` the monotonic clock shows the gap at once.
 
         Raises:
             LeaseLostError: this owner must stop without writing.
         """
+        if not self._lost.is_set() and (time.monotonic() - self._last_ok) * 1000 >= self._ttl_ms:
+            self._mark_lost("no successful renewal for a whole ttl")
         if self._lost.is_set():
             raise LeaseLostError(f"lease on session {self._session_id} lost")
+
+    def confirm(self) -> None:
+        """Renew now, synchronously: called before a side effect starts (an exclusive tool).
+
+        Raises:
+            LeaseLostError: the lease is gone; the side effect must not start.
+        """
+        self.check()
+        try:
+            ok = self._leases.renew(self._session_id, self._owner, self._ttl_ms)
+        except Exception as exc:
+            raise LeaseLostError(f"lease on session {self._session_id} unconfirmed: {exc}") from exc
+        if not ok:
+            self._mark_lost("renewal refused before a side effect")
+            self.check()
+        self._last_ok = time.monotonic()
 
     def stop(self) -> None:
         """Stop renewing (the caller releases the lease)."""

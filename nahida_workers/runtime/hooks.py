@@ -52,10 +52,13 @@ def _load(path: str) -> StopHook:
 
 
 def _call(path: str, ctx: StopHookContext, timeout_s: float) -> str | None:
-    box: dict[str, str | None] = {}
+    box: dict[str, object] = {}
 
     def target() -> None:
-        box["message"] = _load(path)(ctx)
+        try:
+            box["message"] = _load(path)(ctx)
+        except Exception as exc:  # reported to the caller, not to threading.excepthook
+            box["error"] = exc
 
     thread = threading.Thread(target=target, name=f"stop-hook {path}", daemon=True)
     thread.start()
@@ -63,7 +66,11 @@ def _call(path: str, ctx: StopHookContext, timeout_s: float) -> str | None:
     if thread.is_alive():
         log.warning("stop hook %s ran past %.1f s; allowing the run to stop", path, timeout_s)
         return None
-    return box.get("message")
+    error = box.get("error")
+    if isinstance(error, Exception):
+        raise error
+    message = box.get("message")
+    return str(message) if message else None
 
 
 def run_stop_hooks(

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, assert_never
@@ -37,6 +38,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
     CallProvider,
     ClaimInbox,
@@ -49,12 +51,13 @@ from nahida_workers.core.loop import (
     Signals,
     decide,
     final_text_for,
-    recovery_events,
     result_events,
     terminal_event,
     turn_events,
 )
-from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.records import InboxStatus, RunRecord, SessionRecord
+from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import (
     ConfigError,
@@ -126,6 +129,27 @@ class SessionRunner:
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
 
+    def settle(self, session_id: str) -> bool:
+        """End a session stuck with no owner: its open run sealed ``failed/abandoned``.
+
+        Takes the lease and bumps the epoch like any owner (a worker that
+        comes back later is fenced out), closes orphan calls as interrupted,
+        and seals.  Returns False when someone holds the lease (not stuck).
+        """
+        owner = owner_token()
+        if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
+            return False
+        try:
+            with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
+                session = self.ledger.get_session(session_id)
+                if session is None or session.status is SessionStatus.DONE:
+                    return False
+                epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
+                _Owned(self, session, Fence(session_id, epoch), heartbeat).abandon()
+                return True
+        finally:
+            self.leases.release(session_id, owner)
+
     def run(self, session_id: str) -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
 
@@ -158,6 +182,13 @@ class SessionRunner:
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
 
 
+def _spec_of(session: SessionRecord) -> SessionSpec:
+    try:
+        return SessionSpec.model_validate(session.config)
+    except ValidationError as exc:
+        raise ConfigError(f"session config snapshot is invalid: {exc}") from None
+
+
 class _Owned:
     """The part of a delivery that runs while this process owns the lease."""
 
@@ -172,6 +203,8 @@ class _Owned:
         self.observer: Observer | None = None
         self._cancel_checked_at = 0.0
         self._cancel_seen = session.cancel_requested_at is not None
+        self._inbox_pending = 0
+        self.spec: SessionSpec  # set by _run_one, from the session's config snapshot
 
     # -- commits -----------------------------------------------------------------
     def commit(
@@ -179,12 +212,20 @@ class _Owned:
         state: RunState,
         events: Sequence[Event],
         receipts: Sequence[ExecutionReceipt] = (),
+        *,
+        claims: Sequence[str] = (),
     ) -> None:
-        """One fenced transaction; the state learns the events only after commit."""
+        """One fenced transaction; the state learns the events only after commit.
+
+        ``claims``: inbox message ids the events commit as user input.
+        """
         self.heartbeat.check()
         with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
             self.r.ledger.append(tx, events, receipts)
-        self._cancel_seen = tx.cancel_requested  # known once the fence was checked
+            self.r.ledger.claim_inbox(tx, state.run_id, claims, at=self.r.clock.now())
+        # Both are read under the fence's row lock, so they are free and fresh.
+        self._cancel_seen = tx.cancel_requested
+        self._inbox_pending = tx.pending_inbox
         if self.observer is not None:
             self.observer.committed(events)
         for event in events:
@@ -193,7 +234,7 @@ class _Owned:
             state.apply_receipt(receipt)
 
     def seal(self, state: RunState, run: RunRecord, finish: Finish) -> None:
-        """Terminal event + run row + session status, in one transaction."""
+        """Terminal event + run row + inbox acknowledgement + session status, one transaction."""
         now = self.r.clock.now()
         event = terminal_event(state, finish, now=now)
         with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
@@ -206,6 +247,7 @@ class _Owned:
                 failure_code=finish.failure_code,
                 ended_at=now,
             )
+            self.r.ledger.acknowledge_inbox(tx, run.run_id, at=now)
             self.r.ledger.set_session_status(
                 tx, self.session.session_id, SessionStatus.DONE, at=now
             )
@@ -216,6 +258,25 @@ class _Owned:
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:
+        """Run the open run; then, while the inbox holds input, the next runs."""
+        outcome = SessionOutcome.ALREADY_DONE
+        while True:
+            runs = self.r.ledger.runs_of(self.session.session_id)
+            run = next((r for r in reversed(runs) if r.terminal_state is None), None)
+            if run is None:
+                run = self._next_run()
+            if run is None:
+                if outcome is SessionOutcome.ALREADY_DONE:
+                    with self.r.ledger.transaction(fence=self.fence) as tx:
+                        self.r.ledger.set_session_status(
+                            tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
+                        )
+                return outcome
+            self._run_one(run)
+            outcome = SessionOutcome.FINISHED
+
+    def abandon(self) -> None:
+        """Seal the open run ``failed/abandoned`` after closing its orphan calls."""
         runs = self.r.ledger.runs_of(self.session.session_id)
         run = next((r for r in reversed(runs) if r.terminal_state is None), None)
         if run is None:
@@ -223,29 +284,98 @@ class _Owned:
                 self.r.ledger.set_session_status(
                     tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
                 )
-            return SessionOutcome.ALREADY_DONE
+            return
         events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
         state = RunState.from_ledger(run.run_id, events, receipts)
         recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
         if recovered:
-            log.warning(
-                "run %s: closing %d orphan call(s) as interrupted", run.run_id, len(recovered) - 1
-            )
             self.commit(state, recovered)
+        failed, reason = TerminalState.FAILED, ReasonCode.ABANDONED
+        log.warning("run %s: no progress with no owner; sealing it failed/abandoned", run.run_id)
+        self.seal(
+            state,
+            run,
+            Finish(failed, reason, final_text_for(failed, reason), FailureCode.ABANDONED),
+        )
+
+    def _next_run(self) -> RunRecord | None:
+        """Input that arrived after the last run sealed starts the next run."""
+        pending = self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
+        if not pending:
+            return None
+        spec = SessionSpec.model_validate(self.session.config)
+        now = self.r.clock.now()
+        runs = self.r.ledger.runs_of(self.session.session_id)
+        if runs and runs[-1].started_at >= now:  # runs are ordered by start: keep them so
+            now = runs[-1].started_at + timedelta(microseconds=1)
+        run = RunRecord(
+            run_id=uuid.uuid4().hex,
+            session_id=self.session.session_id,
+            provider=str(spec.provider.get("name") or spec.provider.get("kind", "scripted")),
+            model=str(spec.provider.get("model") or "unknown"),
+            completion_contract=spec.contract,
+            trace_id=uuid.uuid4().hex,
+            started_at=now,
+        )
+        events = inbox_events(RunState(run_id=run.run_id), pending, now=now)
+        with self.r.ledger.transaction(fence=self.fence) as tx:
+            self.r.ledger.create_run(tx, run)
+            self.r.ledger.append(tx, events)
+            self.r.ledger.claim_inbox(tx, run.run_id, [m.message_id for m in pending], at=now)
+            self.r.ledger.set_session_status(
+                tx, self.session.session_id, SessionStatus.RUNNING, at=now
+            )
+        log.info(
+            "session %s: run %s started from %d inbox message(s)",
+            self.session.session_id,
+            run.run_id,
+            len(pending),
+        )
+        return run
+
+    def _run_one(self, run: RunRecord) -> None:
+        events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
+        state = RunState.from_ledger(run.run_id, events, receipts)
+        self._inbox_pending = sum(
+            1
+            for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
+            if m.next_turn
+        )
         try:
-            self.drive(state, run)
+            self.spec = _spec_of(self.session)
+            registry = self.r.registry_for(self.spec)
+            self._recover(state, run, registry)
+            self.drive(state, run, registry)
         except (LeaseLostError, StaleEpochError):
             raise
         except RunError as exc:
             if exc.retryable:
                 raise  # the task retries; the next owner continues from the ledger
-            self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, exc.failure_code)
+            reason = (
+                ReasonCode.LEDGER_WRITE_FAILED
+                if isinstance(exc, LedgerError)
+                else ReasonCode.INTERNAL_ERROR
+            )
+            self._seal_after(state, run, exc, reason, exc.failure_code)
         except ConfigError as exc:
             self._seal_after(state, run, exc, ReasonCode.INVALID_CONFIG, FailureCode.INVALID_CONFIG)
         except Exception as exc:
             log.exception("run %s: unexpected error; sealing it failed", run.run_id)
             self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
-        return SessionOutcome.FINISHED
+
+    def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
+        """Settle what the previous owner left open (core/recovery.py), once, in order."""
+
+        def rerunnable(call: ToolCall) -> bool:
+            tool = registry.get(call.name)
+            return tool is not None and tool.spec.idempotent and call.arguments_error is None
+
+        recovered = recovery_events(
+            state, now=self.r.clock.now(), epoch=self.fence.epoch, rerunnable=rerunnable
+        )
+        if recovered:
+            log.warning("run %s: recovery %s", run.run_id, recovered[0].payload)
+            self.commit(state, recovered)
 
     def _seal_after(
         self,
@@ -262,11 +392,7 @@ class _Owned:
         failed = TerminalState.FAILED
         self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
 
-    def drive(self, state: RunState, run: RunRecord) -> None:
-        try:
-            self.spec = SessionSpec.model_validate(self.session.config)
-        except ValidationError as exc:
-            raise ConfigError(f"session config snapshot is invalid: {exc}") from None
+    def drive(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
         self.observer = Observer(
             self.r.sink,
             self.spec.channel,
@@ -275,7 +401,6 @@ class _Owned:
             trace_id=run.trace_id,
             contract=self.spec.contract,
         )
-        registry = self.r.registry_for(self.spec)
         provider = self.r.provider_for(self.spec)
         config = LoopConfig(
             system_prompt=self.spec.system_prompt,
@@ -307,6 +432,7 @@ class _Owned:
             signals = Signals(
                 now=now,
                 cancel_requested=self._cancel_seen,
+                pending_steering=self._inbox_pending,
                 elapsed_s=(now - run.started_at).total_seconds(),
             )
             match decide(state, config, signals):
@@ -339,6 +465,10 @@ class _Owned:
                 case RunBatch(batch=batch):
                     started = self._prestarted.take(batch) if self._prestarted else None
                     self._prestarted = None
+                    if not batch.parallel:
+                        # A side effect is about to start: the lease must still be ours
+                        # now, not just at the last heartbeat (a paused owner, section 4).
+                        self.heartbeat.confirm()
                     self.observer.tools_started(batch.calls)
                     executions = self.r.executor.run_batch(batch, job, registry, started=started)
                     events = result_events(
@@ -366,7 +496,21 @@ class _Owned:
                 case RunHooks(candidate_seq=candidate, answer=answer):
                     self.commit(state, [self._stop_hook_event(state, run, candidate, answer)])
                 case ClaimInbox():
-                    raise AssertionError("pending steering is only signalled once an inbox exists")
+                    waiting = [
+                        m
+                        for m in self.r.ledger.inbox(
+                            self.session.session_id, statuses=[InboxStatus.PENDING]
+                        )
+                        if m.next_turn
+                    ]
+                    if not waiting:
+                        self._inbox_pending = 0  # the count was stale
+                        continue
+                    self.commit(
+                        state,
+                        inbox_events(state, waiting, now=self.r.clock.now()),
+                        claims=[m.message_id for m in waiting],
+                    )
                 case unreachable:
                     assert_never(unreachable)
 

@@ -5,6 +5,10 @@
   (SIGKILL, OOM, a host gone): once it has been quiet for
   ``redispatch_after_s`` it is dispatched again.  The next owner bumps the
   epoch, closes the orphan calls and continues from the ledger.
+* After the broker lost its messages (detected by the caller, e.g. a Redis
+  restart), queued sessions are dispatched again too.
+* A session that wrote nothing for ``settle_after_s`` and has no owner is
+  settled ``failed/abandoned``.
 
 Re-dispatching is always safe: a duplicate delivery finds the lease held or
 the session done and exits without writing.
@@ -13,12 +17,15 @@ the session done and exits without writing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.ports import Clock, LeaseStore, Ledger
 from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.session import SessionRunner
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -31,6 +38,8 @@ class SweepReport:
 
     outbox_published: int
     redispatched: tuple[str, ...]
+    settled: tuple[str, ...] = ()
+    broker_reset: bool = False
 
 
 @dataclass
@@ -38,8 +47,15 @@ class Sweeper:
     """One sweep over the ledger.
 
     Attributes:
-        redispatch_after_s: seconds a running session must have been quiet
-            (no lease, no status change) before it is dispatched again.
+        redispatch_after_s: seconds a session must have been quiet (no lease,
+            no status change) before it is dispatched again.
+        settle_after_s: seconds an unfinished session may go without a single
+            ledger write and without an owner before it is settled
+            ``failed/abandoned`` (a crash loop, a poison session).
+        broker_reset: returns True once after the broker lost its messages
+            (a Redis restart without persistence): every unfinished session
+            without an owner is then dispatched again at once.
+        runner: settles stuck sessions (None: never settle).
     """
 
     ledger: Ledger[Any]
@@ -47,23 +63,41 @@ class Sweeper:
     dispatcher: Dispatcher
     clock: Clock
     redispatch_after_s: float = 60.0
+    settle_after_s: float = 3600.0
+    broker_reset: Callable[[], bool] = field(default=lambda: False)
+    runner: SessionRunner | None = None
 
     def sweep(self) -> SweepReport:
-        """Publish the outbox, then re-dispatch abandoned running sessions."""
+        """Publish the outbox, re-dispatch ownerless sessions, settle stuck ones."""
         published = self.dispatcher.publish_pending()
         now = self.clock.now()
+        reset = self.broker_reset()
+        if reset:
+            log.warning("the broker lost its messages; re-dispatching every ownerless session")
+        settled: list[str] = []
+        if self.runner is not None:
+            cutoff = now - timedelta(seconds=self.settle_after_s)
+            for session_id in self.ledger.quiet_sessions(older_than=cutoff):
+                if self.leases.holder(session_id) is None and self.runner.settle(session_id):
+                    settled.append(session_id)
         redispatched: list[str] = []
-        for session in self.ledger.sessions(statuses=[SessionStatus.RUNNING]):
+        statuses = (
+            [SessionStatus.QUEUED, SessionStatus.RUNNING] if reset else [SessionStatus.RUNNING]
+        )
+        for session in self.ledger.sessions(statuses=statuses):
+            if session.session_id in settled:
+                continue
             quiet_s = (now - session.updated_at).total_seconds()
-            if quiet_s < self.redispatch_after_s:
+            if not reset and quiet_s < self.redispatch_after_s:
                 continue
             if self.leases.holder(session.session_id) is not None:
                 continue
             log.warning(
-                "session %s: running with no lease owner for %.0fs; re-dispatching",
+                "session %s: %s with no lease owner for %.0fs; re-dispatching",
                 session.session_id,
+                session.status.value,
                 quiet_s,
             )
-            self.dispatcher.redispatch(session.session_id, touch_status=SessionStatus.RUNNING)
+            self.dispatcher.redispatch(session.session_id, touch_status=session.status)
             redispatched.append(session.session_id)
-        return SweepReport(published, tuple(redispatched))
+        return SweepReport(published, tuple(redispatched), tuple(settled), reset)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nahida_workers.core.records import InboxLimits
 from nahida_workers.errors import ConfigError
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
@@ -31,6 +32,7 @@ from nahida_workers.providers.factory import build_provider
 from nahida_workers.runtime.channel import RedisStreamSink
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
@@ -176,6 +178,7 @@ class Fleet:
     clock: Clock
     runner: SessionRunner
     dispatcher: Dispatcher
+    inbox: Inbox
 
 
 def build_fleet(
@@ -210,4 +213,15 @@ def build_fleet(
         sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
     )
     dispatcher = Dispatcher(ledger, queue, clock)
-    return Fleet(settings, ledger, leases, clock, runner, dispatcher)
+    inbox = Inbox(
+        ledger,
+        leases,
+        dispatcher,
+        clock,
+        InboxLimits(
+            max_user=settings.inbox_max_user,
+            max_background=settings.inbox_max_background,
+            max_bytes=settings.inbox_max_bytes,
+        ),
+    )
+    return Fleet(settings, ledger, leases, clock, runner, dispatcher, inbox)

@@ -52,6 +52,7 @@ class Claim(StrEnum):
     READ = "read"
     CHANGED = "changed"
     RAN = "ran"
+    PASSED = "passed"
     SENT = "sent"
 
 
@@ -69,10 +70,14 @@ _CLAIMS: dict[Claim, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
     Claim.RAN: re.compile(
-        rf"(?:{_I}\s+(?:just\s+|also\s+)?(?:ran|run|executed|tested|built|compiled|"
-        r"linted|type-checked)\b|\ball (?:the )?tests (?:now )?pass(?:ed)?\b|"
-        r"\b(?:the )?(?:tests|test suite|build|linter) (?:now )?(?:pass(?:es|ed)?|"
-        r"succeeded|is green|are green)\b)",
+        rf"{_I}\s+(?:just\s+|also\s+)?(?:ran|run|executed|tested|built|compiled|"
+        r"linted|type-checked)\b",
+        re.IGNORECASE,
+    ),
+    Claim.PASSED: re.compile(
+        r"\ball (?:the )?tests (?:now )?pass(?:ed)?\b|"
+        r"\b(?:the )?(?:tests|test suite|build|linter|type check) (?:now )?(?:pass(?:es|ed)?|"
+        r"succeeded|is green|are green)\b",
         re.IGNORECASE,
     ),
     Claim.SENT: re.compile(
@@ -97,27 +102,117 @@ class VerifyCategory(StrEnum):
     BUILD = "build"
 
 
-_COMMANDS: dict[VerifyCategory, re.Pattern[str]] = {
-    VerifyCategory.TEST: re.compile(
-        r"(^|[\s;&|(/])(pytest|py\.test|tox|nox|unittest|nosetests|jest|vitest|mocha|"
-        r"go test|cargo test|npm (?:run )?test|yarn test|pnpm test|mvn test|gradle test|"
-        r"make test|ctest|rspec|phpunit)\b"
+#: Executables (or executable + subcommand) by verification category.
+_EXECUTABLES: dict[VerifyCategory, tuple[str, ...]] = {
+    VerifyCategory.TEST: (
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "nosetests",
+        "jest",
+        "vitest",
+        "mocha",
+        "ctest",
+        "rspec",
+        "phpunit",
+        "go test",
+        "cargo test",
+        "npm test",
+        "npm run test",
+        "yarn test",
+        "pnpm test",
+        "mvn test",
+        "gradle test",
+        "make test",
+        "python -m pytest",
+        "python -m unittest",
+        "python3 -m pytest",
+        "python3 -m unittest",
     ),
-    VerifyCategory.LINT: re.compile(
-        r"(^|[\s;&|(/])(ruff(?! format)|flake8|pylint|pycodestyle|pyflakes|eslint|"
-        r"golangci-lint|cargo clippy|rubocop|shellcheck|npm run lint|make lint)\b"
+    VerifyCategory.LINT: (
+        "ruff check",
+        "ruff",
+        "flake8",
+        "pylint",
+        "pycodestyle",
+        "pyflakes",
+        "eslint",
+        "golangci-lint",
+        "cargo clippy",
+        "rubocop",
+        "shellcheck",
+        "npm run lint",
+        "make lint",
+        "python -m ruff",
+        "python -m flake8",
+        "python -m pylint",
     ),
-    VerifyCategory.TYPE_CHECK: re.compile(
-        r"(^|[\s;&|(/])(mypy|pyright|pytype|tsc|npm run typecheck|make typecheck)\b"
+    VerifyCategory.TYPE_CHECK: (
+        "mypy",
+        "pyright",
+        "pytype",
+        "tsc",
+        "npm run typecheck",
+        "make typecheck",
+        "python -m mypy",
+        "python3 -m mypy",
     ),
-    VerifyCategory.BUILD: re.compile(
-        r"(^|[\s;&|(/])(python -m build|pip wheel|make(?! test| lint)(\s|$)|cargo build|"
-        r"go build|npm run build|yarn build|mvn (?:package|install)|gradle build|"
-        r"docker build|cmake --build|ninja)\b"
+    VerifyCategory.BUILD: (
+        "python -m build",
+        "python3 -m build",
+        "pip wheel",
+        "make",
+        "cargo build",
+        "go build",
+        "npm run build",
+        "yarn build",
+        "mvn package",
+        "mvn install",
+        "gradle build",
+        "docker build",
+        "cmake --build",
+        "ninja",
     ),
 }
+_PYTHON = re.compile(r"^python(?:\d+(?:\.\d+)?)?$")
+_SEGMENTS = re.compile(r"&&|\|\||;|\||\n")
+_PREFIXES = re.compile(
+    r"^(?:(?:[A-Za-z_][A-Za-z0-9_]*=\S*|sudo|time|nice|env|exec|uv run|poetry run|"
+    r"pipenv run|pdm run|hatch run|npx|pnpm exec|\S*/)\s*)+"
+)
+
+
+def _excluded(exe: str, words: list[str]) -> bool:
+    """``ruff format`` is not lint; ``make test``/``make lint`` are not a build."""
+    if exe == "ruff":
+        return words[1:2] == ["format"]
+    if exe == "make":
+        return words[1:2] in (["test"], ["lint"], ["typecheck"], ["check"])
+    return False
 
 
 def classify_command(command: str) -> set[VerifyCategory]:
-    """The verification categories a shell command performs (may be several)."""
-    return {cat for cat, pattern in _COMMANDS.items() if pattern.search(command)}
+    """The verification categories a shell command performs (may be several).
+
+    Only the command word of each pipeline segment counts (after env
+    assignments and runners such as ``uv run`` or ``npx``): ``cat pytest.ini``
+    and ``echo pytest`` verify nothing; ``ruff format`` is not lint.
+    """
+    found: set[VerifyCategory] = set()
+    for segment in _SEGMENTS.split(command):
+        words = _PREFIXES.sub("", segment.strip()).split()
+        if not words:
+            continue
+        words[0] = words[0].rsplit("/", 1)[-1]  # .venv/bin/pytest -> pytest
+        if _PYTHON.match(words[0]):  # python3.11 -B -X dev -m pytest -> python -m pytest
+            rest = words[1:]
+            while rest and rest[0].startswith("-") and rest[0] != "-m":
+                rest = rest[2:] if rest[0] in ("-X", "-W") else rest[1:]
+            words = ["python", *rest]
+        head = " ".join(words[:3])
+        for category, executables in _EXECUTABLES.items():
+            for exe in executables:
+                if (head == exe or head.startswith(exe + " ")) and not _excluded(exe, words):
+                    found.add(category)
+    return found

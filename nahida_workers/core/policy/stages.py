@@ -206,7 +206,8 @@ def claims_backed(ctx: CandidateContext) -> PolicyAction:
     """An answer that says something was read, changed, run or sent needs the receipt.
 
     Read -> an observe receipt (or any successful Bash/Read/Grep/Glob/LS);
-    changed -> a mutate receipt; ran -> a Bash receipt; sent -> a deliver
+    changed -> a mutate receipt; ran -> a Bash receipt; passed ("all tests
+    pass") -> a successful Bash receipt (exit code 0); sent -> a deliver
     receipt with its external id.
     """
     said = claims(ctx.text)
@@ -219,6 +220,7 @@ def claims_backed(ctx: CandidateContext) -> PolicyAction:
         Claim.READ: bool(kinds & {EvidenceKind.OBSERVE, EvidenceKind.MUTATE}),
         Claim.CHANGED: EvidenceKind.MUTATE in kinds and bool(tools & {"Write", "Edit", "Bash"}),
         Claim.RAN: "Bash" in all_tools,
+        Claim.PASSED: "Bash" in tools,
         Claim.SENT: EvidenceKind.DELIVER in kinds,
     }
     if all(backed[c] for c in said):

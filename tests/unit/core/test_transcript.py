@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nahida_workers.core.events import Event, EventType, ToolStatus
-from nahida_workers.core.loop import recovery_events
 from nahida_workers.core.messages import (
     AssistantMessage,
     Message,
@@ -19,6 +18,7 @@ from nahida_workers.core.messages import (
     UserMessage,
 )
 from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_payload, result_payload
+from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import orphan_calls, project
 from nahida_workers.providers.payloads import anthropic_messages
@@ -119,6 +119,8 @@ def test_b06_recovery_closes_every_orphan_once_and_is_idempotent() -> None:
     assert recovered[0].payload == {
         "kind": "recovery",
         "epoch": 3,
+        "rebuilt": [],
+        "rerun": [],
         "closed": ["toolu_A2", "toolu_B1"],
     }
     results = [e for e in recovered if e.type is EventType.TOOL_RESULT]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from nahida_workers.core.compaction import COMPACTED_PREFIX, compact, estimate_tokens
 from nahida_workers.core.events import Event, EventType, ToolStatus
-from nahida_workers.core.loop import CallResult, recovery_events, result_events, turn_events
+from nahida_workers.core.loop import CallResult, result_events, turn_events
 from nahida_workers.core.messages import (
     AssistantMessage,
     ProviderRequest,
@@ -26,6 +26,7 @@ from nahida_workers.core.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import project
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages

@@ -118,11 +118,11 @@ def receipt(
         ),
         (
             [receipt("Edit", EvidenceKind.MUTATE, sha256_before="a", sha256_after="b")],
-            {Claim.READ, Claim.RAN, Claim.SENT},
+            {Claim.READ, Claim.RAN, Claim.PASSED, Claim.SENT},
         ),
         (
             [receipt("Bash", EvidenceKind.MUTATE, ToolStatus.ERROR, exit_code=1, command="x")],
-            {Claim.READ, Claim.CHANGED, Claim.SENT},
+            {Claim.READ, Claim.CHANGED, Claim.PASSED, Claim.SENT},
         ),
         ([receipt("Send", EvidenceKind.DELIVER, external_id="m-1")], set(Claim) - {Claim.SENT}),
         ([receipt("Send", EvidenceKind.DELIVER)], set(Claim)),
@@ -130,7 +130,10 @@ def receipt(
     ids=["none", "read", "failed-read", "edit", "failed-bash", "deliver", "deliver-without-id"],
 )
 def test_unbacked_claims(receipts: list[ExecutionReceipt], unbacked: set[Claim]) -> None:
-    text = "I read the notes, I updated the file, I ran the tests and I sent the summary."
+    text = (
+        "I read the notes, I updated the file, I ran the tests, all tests pass and I sent "
+        "the summary."
+    )
     assert claims(text) == set(Claim)
     assert unbacked_claims(text, receipts) == unbacked
 

@@ -342,7 +342,6 @@ STRUCTURED = {"contract": {"output_schema": SCHEMA}}
 SO_OK = call("so", "StructuredOutput", count=2)
 SAME_READ = turn(read("x"))  # the scripted provider's id; the runtime makes ids unique
 TRUNCATED = "max_tokens"
-XFAIL = pytest.mark.xfail
 
 RULES = [
     # -- item 1: every exit path -> exactly one terminal state with a reason code ---------------
@@ -401,12 +400,6 @@ RULES = [
             provider=openai_over(MALFORMED_STREAM, MALFORMED_STREAM, GOOD_STREAM),
         ),
         id="1-failed-provider_protocol_invalid-after-one-repair",
-        marks=XFAIL(
-            strict=True,
-            reason="BUG: the default provider config retries a malformed stream twice "
-            "(max_retries=2 for every retryable error), so the third attempt is used and the "
-            "run completes; the issue says failed after one repair",
-        ),
     ),
     pytest.param(
         Rule(
@@ -426,11 +419,6 @@ RULES = [
             ),
         ),
         id="1-failed-ledger_write_failed",
-        marks=XFAIL(
-            strict=True,
-            reason="BUG: a non-retryable ledger write failure ends failed/internal_error "
-            "(failure_code ledger_write_failed); ReasonCode.LEDGER_WRITE_FAILED is never used",
-        ),
     ),
     pytest.param(
         Rule([say("never asked")], ("cancelled", "cancelled", 0), cancel=True),
@@ -862,11 +850,6 @@ RULES = [
             files=BROKEN,
         ),
         id="3-claims-tests-pass-after-a-failing-run",
-        marks=XFAIL(
-            strict=True,
-            reason="BUG: under contract none any Bash receipt, even exit code 1, backs the "
-            "'tests pass' claim (claims_backed uses all receipts for Claim.RAN)",
-        ),
     ),
     pytest.param(
         Rule(
@@ -1100,14 +1083,8 @@ def test_3_commands_map_to_verification_categories(command: str, category: Verif
         "ruff format .",
         "echo ok",
         "ls",
-        pytest.param(
-            "cat pytest.ini",
-            marks=XFAIL(
-                strict=True,
-                reason="BUG: classify_command matches a tool's name anywhere in the command "
-                "(cat pytest.ini, echo pytest count as running the tests)",
-            ),
-        ),
+        "cat pytest.ini",
+        "echo pytest",
     ],
 )
 def test_3_other_commands_verify_nothing(command: str) -> None:

@@ -1,0 +1,110 @@
+"""Recovery on lease acquisition (DESIGN.md section 3, issue 6 item 3, cases B06 and B13).
+
+A new owner scans the WHOLE run -- the middle as well as the tail -- for
+calls committed without a result, and settles each one:
+
+1. a call that has a receipt gets its result rebuilt from the receipt: the
+   execution finished and its evidence is in the ledger (B13: a sent mail is
+   not sent again);
+2. a call of an idempotent tool is left pending, so the loop runs it again
+   with the same idempotency key (``{run_id}:{call_id}``): a downstream that
+   deduplicates by key acts at most once;
+3. any other call gets a synthetic ``interrupted, outcome unknown`` error
+   result -- never a blind retry: its side effect may have happened.
+
+Running recovery again on the result changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+
+from nahida_workers.core.events import Event, EventType, ExecutionReceipt, ToolStatus
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import INTERRUPTED_TEXT, result_payload
+from nahida_workers.core.state import RunState
+from nahida_workers.core.transcript import orphan_calls
+
+__all__ = ["rebuilt_content", "recovery_events"]
+
+
+def rebuilt_content(receipt: ExecutionReceipt) -> str:
+    """What the model sees for a result rebuilt from its receipt."""
+    evidence = json.dumps(receipt.evidence, sort_keys=True, default=str)[:2000]
+    return f"{receipt.status.value} (recovered from the receipt after a restart): {evidence}"
+
+
+def recovery_events(
+    state: RunState,
+    *,
+    now: datetime,
+    epoch: int,
+    rerunnable: Callable[[ToolCall], bool] = lambda _call: False,
+) -> tuple[Event, ...]:
+    """The events that settle every orphan call of the run (see module doc).
+
+    Args:
+        rerunnable: whether a call's tool is idempotent (may run again).
+
+    Returns:
+        One ``control`` event naming what was rebuilt, re-queued and closed,
+        then a ``tool_result`` per rebuilt or closed call; ``()`` when nothing
+        needs writing.
+    """
+    rebuilt: list[tuple[ToolCall, ExecutionReceipt]] = []
+    rerun: list[str] = []
+    closed: list[ToolCall] = []
+    for call in orphan_calls(state.events):
+        receipt = state.receipts.get(call.call_id)
+        if receipt is not None:
+            rebuilt.append((call, receipt))
+        elif rerunnable(call):
+            rerun.append(call.call_id)
+        else:
+            closed.append(call)
+    if not rebuilt and not closed:
+        return ()
+    next_seq = state.next_sequence
+    events = [
+        Event(
+            run_id=state.run_id,
+            sequence=next_seq,
+            type=EventType.CONTROL,
+            payload={
+                "kind": "recovery",
+                "epoch": epoch,
+                "rebuilt": [c.call_id for c, _ in rebuilt],
+                "rerun": rerun,
+                "closed": [c.call_id for c in closed],
+            },
+            created_at=now,
+        )
+    ]
+    settled: list[tuple[ToolCall, ToolStatus, str, str]] = [
+        (c, r.status, rebuilt_content(r), r.evidence_kind.value) for c, r in rebuilt
+    ] + [(c, ToolStatus.INTERRUPTED, INTERRUPTED_TEXT, "none") for c in closed]
+    order = {c.call_id: i for i, c in enumerate(orphan_calls(state.events))}
+    for call, status, content, kind in sorted(settled, key=lambda s: order[s[0].call_id]):
+        events.append(
+            Event(
+                run_id=state.run_id,
+                sequence=next_seq + len(events),
+                type=EventType.TOOL_RESULT,
+                payload={
+                    **result_payload(
+                        call_id=call.call_id,
+                        name=call.name,
+                        status=status,
+                        content=content,
+                        synthetic=True,
+                        evidence_kind=kind,
+                    ),
+                    "recovered_from_receipt": status is not ToolStatus.INTERRUPTED,
+                },
+                call_id=call.call_id,
+                created_at=now,
+            )
+        )
+    return tuple(events)

@@ -1,0 +1,149 @@
+"""The session inbox on SQL (DESIGN.md section 8).
+
+Enqueueing is idempotent by message id (``INSERT ... ON CONFLICT DO NOTHING``)
+and runs under the session row lock, so the limits are checked against a
+stable count.  Claiming happens in the fenced transaction that commits the
+messages as ``user_input`` events; acknowledging in the one that commits the
+terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
+from nahida_workers.errors import LedgerIntegrityError, NotFoundError
+from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.rules import check_inbox
+from nahida_workers.ledger.sql_base import ReadScope, SqlTx, utc
+from nahida_workers.ports import Fence
+
+__all__ = ["InboxOps", "inbox_row"]
+
+
+def inbox_row(row: Any) -> InboxMessage:
+    """Map a ``session_inbox`` row."""
+    return InboxMessage(
+        message_id=row.message_id,
+        session_id=row.session_id,
+        kind=InboxKind(row.kind),
+        text=row.text,
+        size_bytes=row.size_bytes,
+        status=InboxStatus(row.status),
+        next_turn=bool(row.next_turn),
+        created_at=utc(row.created_at),
+        claimed_at=utc(row.claimed_at),
+        claimed_run_id=row.claimed_run_id,
+        acknowledged_at=utc(row.acknowledged_at),
+    )
+
+
+class InboxOps:
+    """Inbox methods of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+
+    _reader: Engine
+    _pg: bool
+
+    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+        raise NotImplementedError
+
+    def enqueue_inbox(
+        self, tx: SqlTx, message: InboxMessage, limits: InboxLimits
+    ) -> tuple[InboxMessage, bool]:
+        """Add a pending message, or return the one already holding its id.
+
+        Raises:
+            NotFoundError: no such session.
+            InboxFullError: the pending inbox is at a limit; nothing was written.
+        """
+        ib = t.session_inbox.c
+        locked = tx.conn.execute(
+            select(t.sessions.c.session_id)
+            .where(t.sessions.c.session_id == message.session_id)
+            .with_for_update()
+        ).first()
+        if locked is None:
+            raise NotFoundError(f"no session {message.session_id}")
+        existing = tx.conn.execute(
+            select(t.session_inbox).where(ib.message_id == message.message_id)
+        ).first()
+        if existing is not None:
+            return inbox_row(existing), False
+        pending = tx.conn.execute(
+            select(ib.kind, ib.size_bytes).where(
+                ib.session_id == message.session_id, ib.status == InboxStatus.PENDING.value
+            )
+        ).all()
+        check_inbox([(k, n) for k, n in pending], message.kind.value, message.size_bytes, limits)
+        insert = pg_insert if self._pg else sqlite_insert
+        tx.conn.execute(
+            insert(t.session_inbox)
+            .values(
+                message_id=message.message_id,
+                session_id=message.session_id,
+                kind=message.kind.value,
+                text=message.text,
+                size_bytes=message.size_bytes,
+                status=InboxStatus.PENDING.value,
+                next_turn=message.next_turn,
+                created_at=message.created_at,
+            )
+            .on_conflict_do_nothing(index_elements=["message_id"])
+        )
+        return message, True
+
+    def claim_inbox(
+        self, tx: SqlTx, run_id: str, message_ids: Sequence[str], *, at: datetime
+    ) -> None:
+        """Mark pending messages of the fenced session claimed by ``run_id``.
+
+        Raises:
+            LedgerIntegrityError: a message is not pending or not this session's.
+        """
+        if not message_ids:
+            return
+        fence = self._require_fence(tx, run_id)
+        ib = t.session_inbox.c
+        result = tx.conn.execute(
+            update(t.session_inbox)
+            .where(
+                ib.message_id.in_(list(message_ids)),
+                ib.session_id == fence.session_id,
+                ib.status == InboxStatus.PENDING.value,
+            )
+            .values(status=InboxStatus.CLAIMED.value, claimed_at=at, claimed_run_id=run_id)
+        )
+        if result.rowcount != len(set(message_ids)):
+            raise LedgerIntegrityError("inbox messages are not pending for this session")
+
+    def acknowledge_inbox(self, tx: SqlTx, run_id: str, *, at: datetime) -> int:
+        """Acknowledge every message ``run_id`` claimed; returns how many."""
+        self._require_fence(tx, run_id)
+        ib = t.session_inbox.c
+        result = tx.conn.execute(
+            update(t.session_inbox)
+            .where(ib.claimed_run_id == run_id, ib.status == InboxStatus.CLAIMED.value)
+            .values(status=InboxStatus.ACKNOWLEDGED.value, acknowledged_at=at)
+        )
+        return int(result.rowcount)
+
+    def inbox(
+        self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
+    ) -> list[InboxMessage]:
+        """A session's inbox messages, oldest first."""
+        ib = t.session_inbox.c
+        query = (
+            select(t.session_inbox)
+            .where(ib.session_id == session_id)
+            .order_by(ib.created_at, ib.message_id)
+        )
+        if statuses is not None:
+            query = query.where(ib.status.in_([s.value for s in statuses]))
+        with ReadScope(self._reader) as conn:
+            return [inbox_row(r) for r in conn.execute(query).all()]

@@ -1,0 +1,80 @@
+"""The sweeper: outbox, ownerless sessions, a lost broker, stuck sessions (issue 6 item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nahida_workers.core.events import EventType, SessionStatus
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
+
+SPEC = scripted_spec(
+    [{"text": "x", "tool_calls": [{"id": "c", "name": "LS", "arguments": {}}]}, {"text": "done"}]
+)
+
+
+def _world() -> tuple[object, Dispatcher, ListTaskQueue]:
+    runner = memory_runner()
+    queue = ListTaskQueue()
+    return runner, Dispatcher(runner.ledger, queue, runner.clock), queue
+
+
+def test_a_lost_broker_gets_every_ownerless_session_dispatched_again() -> None:
+    runner, dispatcher, queue = _world()
+    queued, _ = dispatcher.submit(SPEC, workspace=".")
+    published = len(queue.published)
+    resets = iter([True, False])
+    sweeper = Sweeper(
+        runner.ledger,
+        runner.leases,
+        dispatcher,
+        runner.clock,  # type: ignore[attr-defined]
+        broker_reset=lambda: next(resets),
+    )
+    report = sweeper.sweep()
+    assert report.broker_reset and report.redispatched == (queued.session_id,)
+    assert len(queue.published) == published + 1
+    assert sweeper.sweep().redispatched == ()  # a queued session is trusted to the broker
+
+
+def test_a_session_stuck_with_no_owner_is_settled_failed_abandoned(tmp_path: Path) -> None:
+    runner, dispatcher, _queue = _world()
+    session, _ = dispatcher.submit(SPEC, workspace=str(tmp_path))
+    run = runner.ledger.runs_of(session.session_id)[0]  # type: ignore[attr-defined]
+    runner.clock.advance(7200)  # type: ignore[attr-defined]
+    sweeper = Sweeper(
+        runner.ledger,
+        runner.leases,
+        dispatcher,
+        runner.clock,  # type: ignore[attr-defined]
+        settle_after_s=3600,
+        runner=runner,
+    )  # type: ignore[arg-type]
+    report = sweeper.sweep()
+    assert report.settled == (session.session_id,)
+    sealed = runner.ledger.get_run(run.run_id)  # type: ignore[attr-defined]
+    assert (
+        sealed.terminal_state.value,
+        sealed.terminal_reason.value,
+        sealed.failure_code.value,
+    ) == ("failed", "abandoned", "abandoned")
+    events = runner.ledger.events(run.run_id)  # type: ignore[attr-defined]
+    assert [e.type for e in events][-1] is EventType.TERMINAL
+    assert runner.ledger.get_session(session.session_id).status is SessionStatus.DONE  # type: ignore[attr-defined]
+    assert sweeper.sweep().settled == ()
+
+
+def test_a_session_with_recent_progress_is_not_settled(tmp_path: Path) -> None:
+    runner, dispatcher, _queue = _world()
+    dispatcher.submit(SPEC, workspace=str(tmp_path))
+    runner.clock.advance(60)  # type: ignore[attr-defined]
+    sweeper = Sweeper(
+        runner.ledger,
+        runner.leases,
+        dispatcher,
+        runner.clock,  # type: ignore[attr-defined]
+        settle_after_s=3600,
+        runner=runner,
+    )  # type: ignore[arg-type]
+    assert sweeper.sweep().settled == ()
