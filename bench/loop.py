@@ -207,7 +207,7 @@ class MinimalBaseline:
 def langgraph_session_factory(dsn: str) -> Any:
     """The same workload as a LangGraph graph with PostgresSaver, or None."""
     try:
-        from langgraph.checkpoint.postgres import PostgresSaver
+        import langgraph.checkpoint.postgres  # noqa: F401  (the bench extra is installed)
         from langgraph.graph import END, START, StateGraph
     except ImportError:
         return None
@@ -236,6 +236,18 @@ def langgraph_session_factory(dsn: str) -> Any:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", route, ["tools", END])
     graph.add_edge("tools", "model")
+    return _checkpointed(graph, dsn, {"messages": [{"role": "user", "content": "go"}], "turn": 0})
+
+
+def _checkpointed(graph: Any, dsn: str, first_input: dict[str, Any]) -> Any:
+    """Compile ``graph`` with PostgresSaver; a session = one invoke on a new thread.
+
+    ``durability="sync"``: every step is persisted before the next starts --
+    the same promise as our commit points (LangGraph's default, "async",
+    writes checkpoints in the background).
+    """
+    from langgraph.checkpoint.postgres import PostgresSaver
+
     conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     saver = PostgresSaver(conn)  # type: ignore[arg-type]
     saver.setup()
@@ -243,14 +255,7 @@ def langgraph_session_factory(dsn: str) -> Any:
 
     def session() -> None:
         config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        # durability="sync": every step is persisted before the next starts --
-        # the same promise as our commit points (LangGraph's default, "async",
-        # writes checkpoints in the background).
-        app.invoke(
-            {"messages": [{"role": "user", "content": "go"}], "turn": 0},
-            config,  # type: ignore[arg-type]
-            durability="sync",
-        )
+        app.invoke(first_input, config, durability="sync")
 
     return session
 
@@ -266,7 +271,6 @@ def langgraph_agent_session_factory(dsn: str) -> Any:
     try:
         from langchain_core.messages import AIMessage
         from langchain_core.tools import tool
-        from langgraph.checkpoint.postgres import PostgresSaver
         from langgraph.graph import END, START, MessagesState, StateGraph
         from langgraph.prebuilt import ToolNode, tools_condition
     except ImportError:
@@ -294,20 +298,7 @@ def langgraph_agent_session_factory(dsn: str) -> Any:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition, ["tools", END])
     graph.add_edge("tools", "model")
-    conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
-    saver = PostgresSaver(conn)  # type: ignore[arg-type]
-    saver.setup()
-    app = graph.compile(checkpointer=saver)
-
-    def session() -> None:
-        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        app.invoke(
-            {"messages": [("user", "go")]},
-            config,  # type: ignore[arg-type]
-            durability="sync",
-        )
-
-    return session
+    return _checkpointed(graph, dsn, {"messages": [("user", "go")]})
 
 
 def main(argv: list[str] | None = None) -> int:
