@@ -208,6 +208,21 @@ class Ledger(Protocol[TxT]):
         """
         ...
 
+    def open_session(
+        self,
+        tx: TxT,
+        session: SessionRecord,
+        run: RunRecord,
+        events: Sequence[Event],
+        outbox: OutboxRecord,
+    ) -> tuple[SessionRecord, bool]:
+        """A new session, its first run, events and outbox row -- or the known one.
+
+        Returns ``(session, created)``; with a known id or idempotency key
+        nothing is written.
+        """
+        ...
+
     def create_run(self, tx: TxT, run: RunRecord) -> None:
         """Insert a run row."""
         ...

@@ -179,6 +179,22 @@ class MemoryLedger:
             tx.fence = Fence(session.session_id, session.lease_epoch)
         return session, True
 
+    def open_session(
+        self,
+        tx: MemoryTx,
+        session: SessionRecord,
+        run: RunRecord,
+        events: Sequence[Event],
+        outbox: OutboxRecord,
+    ) -> tuple[SessionRecord, bool]:
+        """A new session with its first run, events and outbox row, or the existing one."""
+        stored, created = self.create_session(tx, session)
+        if created:
+            self.create_run(tx, run)
+            self.append_events(tx, events)
+            self.add_outbox(tx, outbox)
+        return stored, created
+
     def create_run(self, tx: MemoryTx, run: RunRecord) -> None:
         """Insert a run row."""
         if run.session_id not in self._sessions:

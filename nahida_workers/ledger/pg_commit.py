@@ -33,7 +33,7 @@ from sqlalchemy import Connection, text
 
 from nahida_workers.ledger.rules import RunFacts
 
-__all__ = ["Fenced", "Locked", "fenced_insert", "lock_and_prefetch"]
+__all__ = ["Fenced", "Locked", "fenced_insert", "lock_and_prefetch", "open_session_pg"]
 
 _LOCK_AND_PREFETCH = text(
     """
@@ -194,3 +194,67 @@ def fenced_insert(
     if row is None:
         return None
     return Fenced(int(row[0]), bool(row[1]), int(row[2]), int(row[3]), int(row[4]))
+
+
+_OPEN_SESSION = text(
+    f"""
+WITH new_session AS (
+    INSERT INTO sessions (session_id, parent_id, batch_id, workspace, status, lease_epoch,
+                          config_json, idempotency_key, created_at, updated_at)
+    VALUES (:session_id, :parent_id, :batch_id, :workspace, :status, 0,
+            CAST(:config AS jsonb), :idempotency_key, CAST(:at AS timestamptz),
+            CAST(:at AS timestamptz))
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING session_id
+),
+new_run AS (
+    INSERT INTO agent_runs (run_id, session_id, provider, model, completion_contract_json,
+                            trace_id, started_at)
+    SELECT :run_id, session_id, :provider, :model, CAST(:contract AS jsonb), :trace_id,
+           CAST(:started_at AS timestamptz)
+    FROM new_session
+    RETURNING run_id
+),
+new_events AS (
+    INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, epoch,
+                                  created_at)
+    SELECT e.run_id, e.sequence, e.event_type, e.call_id, e.payload_json, 0, e.created_at
+    FROM new_run, jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})
+    RETURNING 1
+),
+new_outbox AS (
+    INSERT INTO dispatch_outbox (outbox_id, session_id, task_name, created_at, attempts)
+    SELECT :outbox_id, session_id, :task_name, CAST(:at AS timestamptz), 0 FROM new_session
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM new_session), (SELECT count(*) FROM new_events)
+"""
+)
+
+
+def open_session_pg(
+    conn: Connection,
+    session: dict[str, Any],
+    run: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+    outbox: dict[str, Any],
+) -> bool:
+    """Insert a session, its first run, its first events and its outbox row: one statement.
+
+    Nothing is inserted when the idempotency key exists (``ON CONFLICT
+    (idempotency_key) DO NOTHING``; every later insert selects from the new
+    session); a duplicate session id raises ``IntegrityError`` as a plain
+    insert would.  Returns whether the session was created.
+    """
+    params = {
+        **session,
+        **run,
+        **outbox,
+        "config": json.dumps(session["config"]),
+        "contract": json.dumps(run["contract"]),
+        "events": json.dumps(list(events), default=_json_default),
+    }
+    for key in ("at", "started_at"):
+        params[key] = params[key].isoformat()
+    row = conn.execute(_OPEN_SESSION, params).one()
+    return bool(row[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.core.events import (
+    Event,
     FailureCode,
     ReasonCode,
     SessionStatus,
@@ -27,6 +29,7 @@ from nahida_workers.errors import (
     NotFoundError,
 )
 from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.pg_commit import open_session_pg
 from nahida_workers.ledger.rules import (
     RunFacts,
 )
@@ -223,3 +226,53 @@ class RecordWrites:
                     update(t.fleet_state).where(fs.key == key).values(value=value, updated_at=at)
                 )
         return str(old) if old is not None else None
+
+    def open_session(
+        self,
+        tx: SqlTx,
+        session: SessionRecord,
+        run: RunRecord,
+        events: Sequence[Event],
+        outbox: OutboxRecord,
+    ) -> tuple[SessionRecord, bool]:
+        """A new session with its first run, events and outbox row (one statement on PostgreSQL).
+
+        Returns the existing session and ``created=False`` when the id or the
+        idempotency key is known; nothing is written then.
+        """
+        if not self._pg:
+            stored, created = self.create_session(tx, session)
+            if created:
+                self.create_run(tx, run)
+                self.append_events(tx, events)  # type: ignore[attr-defined]
+                self.add_outbox(tx, outbox)
+            return stored, created
+        created = open_session_pg(
+            tx.conn,
+            {
+                "session_id": session.session_id,
+                "parent_id": session.parent_id,
+                "batch_id": session.batch_id,
+                "workspace": session.workspace,
+                "status": session.status.value,
+                "config": session.config,
+                "idempotency_key": session.idempotency_key,
+                "at": session.created_at,
+            },
+            {
+                "run_id": run.run_id,
+                "provider": run.provider,
+                "model": run.model,
+                "contract": run.completion_contract.model_dump(mode="json"),
+                "trace_id": run.trace_id,
+                "started_at": run.started_at,
+            },
+            [self._event_row(e, 0) for e in events],  # type: ignore[attr-defined]
+            {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
+        )
+        if created:
+            return session, True
+        existing = tx.conn.execute(
+            select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
+        ).one()
+        return session_row(existing), False

@@ -92,32 +92,24 @@ class Dispatcher:
             task_name=RUN_SESSION_TASK,
             created_at=now,
         )
+        run = RunRecord(
+            run_id=run_id or self.ids(),
+            session_id=session.session_id,
+            provider=provider_name,
+            model=model,
+            completion_contract=spec.contract,
+            trace_id=self.ids(),
+            started_at=now,
+        )
+        prompt = Event(
+            run_id=run.run_id,
+            sequence=1,
+            type=EventType.USER_INPUT,
+            payload={"text": spec.prompt, "source": "prompt", "message_id": None},
+            created_at=now,
+        )
         with self.ledger.transaction() as tx:
-            stored, created = self.ledger.create_session(tx, session)
-            if created:  # this transaction holds the new session's epoch-0 fence
-                run = RunRecord(
-                    run_id=run_id or self.ids(),
-                    session_id=session.session_id,
-                    provider=provider_name,
-                    model=model,
-                    completion_contract=spec.contract,
-                    trace_id=self.ids(),
-                    started_at=now,
-                )
-                self.ledger.create_run(tx, run)
-                self.ledger.append_events(
-                    tx,
-                    [
-                        Event(
-                            run_id=run.run_id,
-                            sequence=1,
-                            type=EventType.USER_INPUT,
-                            payload={"text": spec.prompt, "source": "prompt", "message_id": None},
-                            created_at=now,
-                        )
-                    ],
-                )
-                self.ledger.add_outbox(tx, outbox)
+            stored, created = self.ledger.open_session(tx, session, run, [prompt], outbox)
         if created:
             self._publish(outbox)
         return stored, created

@@ -359,6 +359,37 @@ def test_create_session_with_a_known_idempotency_key_returns_the_existing_one(
     assert ledger.get_session("s-b") is None
 
 
+def test_open_session_writes_session_run_prompt_and_outbox_once_per_key(ledger: Ledger) -> None:
+    """The dispatcher's one write: all four rows, or (known key) none of them."""
+    first = outbox("o-1", "s-a")
+    with ledger.transaction() as tx:
+        stored, created = ledger.open_session(
+            tx,
+            session_record("s-a", key="job:1"),
+            run_record("s-a", "r-1"),
+            [user_input("r-1", 1, "survey")],
+            first,
+        )
+    assert created and stored.session_id == "s-a"
+    assert ledger.get_run("r-1") == run_record("s-a", "r-1")
+    assert [(e.sequence, e.type, e.payload["text"]) for e in ledger.events("r-1")] == [
+        (1, EventType.USER_INPUT, "survey")
+    ]
+    assert [o.outbox_id for o in ledger.pending_outbox()] == ["o-1"]
+    with ledger.transaction() as tx:
+        again, created_again = ledger.open_session(
+            tx,
+            session_record("s-b", key="job:1", created=at(5)),
+            run_record("s-b", "r-2"),
+            [user_input("r-2", 1, "again")],
+            outbox("o-2", "s-b"),
+        )
+    assert created_again is False and again == stored
+    assert ledger.get_session("s-b") is None and ledger.get_run("r-2") is None
+    assert ledger.events("r-2") == []
+    assert [o.outbox_id for o in ledger.pending_outbox()] == ["o-1"]
+
+
 def test_sessions_and_batches_read_back_filtered_and_ordered(ledger: Ledger) -> None:
     batch = BatchRecord(batch_id="b-1", job_name="audit", created_at=at(1), spec={"k": 1})
     older = BatchRecord(batch_id="b-0", job_name="audit", created_at=at(0))
