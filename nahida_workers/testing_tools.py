@@ -8,6 +8,7 @@ way, so they work on the real ``tools`` queue too.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome,
 from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside
 
 __all__ = [
+    "DeliverOnce",
     "ExclusiveProbe",
     "Noop",
     "Probe",
@@ -213,3 +215,57 @@ class SendMessageNoId(SendMessage):
 
     spec = replace(SendMessage.spec, name="SendMessageNoId")
     reports_external_id: ClassVar[bool] = False
+
+
+class DeliverOnce(Tool):
+    """A deliver-kind tool that records every real execution (the chaos harness's probe).
+
+    Arguments: ``{"log": str, "text": str}``; ``log`` is the absolute path of
+    the executions file (outside the workspace on purpose: one file for the
+    whole chaos run).  Every execution appends one line
+    ``{idempotency_key}\t{pid}\t{text}`` (``O_APPEND`` + ``fsync``, so lines
+    from several processes never interleave and survive a SIGKILL that comes
+    after the write), and nothing else dedupes: a key with two lines is a
+    duplicated side effect.
+
+    Declared NOT read-only, NOT concurrency-safe and NOT idempotent: it runs
+    inline in the session worker, alone, and recovery never re-runs it -- a
+    call a crash interrupted is closed "interrupted, outcome unknown"
+    (DESIGN.md section 3 step 5, ``core/recovery.py``).  Evidence:
+    ``external_id`` = ``dlv-<sha256 of the key, 16 hex>``.
+    """
+
+    spec = ToolSpec(
+        name="DeliverOnce",
+        description="Deliver a message (recorded in the executions file).",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "log": {"type": "string", "minLength": 1},
+                "text": {"type": "string"},
+            },
+            "required": ["log", "text"],
+            "additionalProperties": False,
+        },
+        read_only=False,
+        concurrency_safe=False,
+        idempotent=False,
+        evidence_kind=EvidenceKind.DELIVER,
+        timeout_s=10.0,
+    )
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Append one line per execution; return the external id as evidence."""
+        path = str(arguments["log"])
+        if not os.path.isabs(path):
+            return ToolOutcome.error("log must be an absolute path", code="invalid_arguments")
+        text = str(arguments["text"]).replace("\n", " ").replace("\t", " ")
+        line = f"{ctx.idempotency_key}\t{os.getpid()}\t{text}\n".encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        external_id = "dlv-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:16]
+        return ToolOutcome(ToolStatus.OK, f"delivered {external_id}", {"external_id": external_id})
