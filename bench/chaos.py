@@ -67,7 +67,7 @@ from nahida_workers.core.events import Event, EventType, SessionStatus, ToolStat
 from nahida_workers.core.messages import ProviderRequest
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.core.transcript import project
-from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker, make_repo
+from nahida_workers.fleet_harness import BROKER_DB, LEASE_DB, Fleet, Worker, make_repo
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
@@ -105,9 +105,15 @@ KILL_KINDS = (
 console = Console(highlight=False, width=120)
 
 
+def clock_ms() -> str:
+    """Wall-clock time of day with milliseconds (lines up with worker logs and the ledger)."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
 def say(text: str) -> None:
     """One timestamped progress line."""
-    console.print(f"[{time.strftime('%H:%M:%S')}] {text}", markup=False)
+    console.print(f"[{clock_ms()}] {text}", markup=False)
 
 
 def retry(fn: Callable[[], T], *, what: str, give_up_s: float = 120.0) -> T:
@@ -286,7 +292,8 @@ class Tally:
         """Count a chaos event of ``kind`` and put it on the timeline."""
         with self.lock:
             self.kills[kind] += 1
-            self.timeline.append(f"t+{time.monotonic() - self.t0:5.1f}s {kind}: {detail}")
+            at = f"t+{time.monotonic() - self.t0:5.1f}s ({clock_ms()})"
+            self.timeline.append(f"{at} {kind}: {detail}")
         say(f"chaos: {kind}: {detail}")
 
 
@@ -619,31 +626,64 @@ def unfinished(dsn: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def describe_stuck(ledger: SqlLedger, leases: RedisLeaseStore | None) -> list[str]:
-    """Sessions not done or with unacknowledged input, with their last events."""
+def describe_stuck(
+    ledger: SqlLedger, dsn: str, leases: RedisLeaseStore, redis_url: str, prefix: str
+) -> list[str]:
+    """Sessions not done or with unacknowledged input: their rows, outbox and broker traces.
+
+    The broker traces say where the session's ``run_session`` messages are now:
+    in a queue list, in kombu's ``unacked`` hash, or nowhere (lost).
+    """
     lines = []
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        outbox = conn.execute(
+            "SELECT session_id, created_at, published_at, attempts FROM dispatch_outbox"
+        ).fetchall()
     for session in ledger.sessions():
-        inbox = ledger.inbox(session.session_id)
-        open_msgs = [m for m in inbox if m.status is not InboxStatus.ACKNOWLEDGED]
+        sid = session.session_id
+        open_msgs = [m for m in ledger.inbox(sid) if m.status is not InboxStatus.ACKNOWLEDGED]
         if session.status is SessionStatus.DONE and not open_msgs:
             continue
-        holder = None
-        if leases is not None:
-            try:
-                holder = leases.holder(session.session_id)
-            except redis.RedisError:
-                holder = "?"
         lines.append(
-            f"session {session.session_id} status={session.status.value} "
-            f"epoch={session.lease_epoch} lease={holder} updated={session.updated_at:%H:%M:%S} "
+            f"session {sid} status={session.status.value} epoch={session.lease_epoch} "
+            f"lease={leases.holder(sid)} updated={session.updated_at:%H:%M:%S.%f} "
             f"inbox={[(m.message_id, m.status.value) for m in open_msgs]}"
         )
-        for run in ledger.runs_of(session.session_id):
+        for row in outbox:
+            if row[0] == sid:
+                lines.append(
+                    f"  outbox created={row[1]:%H:%M:%S.%f} published={row[2]} tries={row[3]}"
+                )
+        traces = broker_traces(redis_url, prefix, sid)
+        lines.append(f"  broker messages naming it: {', '.join(traces) or 'none (lost)'}")
+        for run in ledger.runs_of(sid):
             events = ledger.events(run.run_id)
             lines.append(f"  run {run.run_id} terminal={run.terminal_state} events={len(events)}")
             for e in events[-5:]:
                 lines.append(f"    #{e.sequence} {e.type.value} epoch={e.epoch} {_brief(e)}")
     return lines
+
+
+def broker_traces(redis_url: str, prefix: str, session_id: str) -> list[str]:
+    """Lists and hashes of the broker database that hold a message naming ``session_id``."""
+    found = []
+    client = redis.Redis.from_url(f"{redis_url}/{BROKER_DB}", socket_timeout=5)
+    try:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            kind = client.type(key)
+            values: list[Any] = []
+            if kind == b"list":
+                values = client.lrange(key, 0, -1)
+            elif kind == b"hash":
+                values = client.hvals(key)
+            n = sum(1 for v in values if session_id.encode() in v)
+            if n:
+                found.append(f"{key.decode()}: {n}")
+        bindings = client.smembers(f"{prefix}_kombu.binding.sessions")
+        found.append(f"(binding of the sessions exchange present: {bool(bindings)})")
+    finally:
+        client.close()
+    return found
 
 
 def _brief(event: Event) -> str:
@@ -859,6 +899,15 @@ def check_transcripts(dump: LedgerDump, out: Findings) -> None:
     validators: every call answered once, in order, whatever the crashes left.
     """
     bad = out.check("5 transcripts pass the pairing validators")
+    statuses = Counter(
+        str(e.payload.get("status"))
+        for events in dump.events.values()
+        for e in events
+        if e.type is EventType.TOOL_RESULT
+    )
+    out.counts["tool results by status"] = ", ".join(
+        f"{k} {v}" for k, v in sorted(statuses.items())
+    )
     for run_id, events in dump.events.items():
         request = ProviderRequest(run_id=run_id, turn_index=0, messages=tuple(project(events)))
         try:
@@ -1049,7 +1098,10 @@ def run(
     if not drained:
         console.print(f"TIMEOUT after {plan.timeout_s:.0f}s: {left[0]} sessions not done, "
                       f"{left[1]} inbox messages not acknowledged", markup=False)  # fmt: skip
-        for line in retry(lambda: describe_stuck(ledger, leases), what="describe")[:200]:
+        stuck = retry(
+            lambda: describe_stuck(ledger, dsn, leases, server.url, fleet.prefix), what="describe"
+        )
+        for line in stuck[:200]:
             console.print(line, markup=False)
     workers = list(fleet.workers)
     fleet.stop()
