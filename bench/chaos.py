@@ -899,15 +899,21 @@ def check_transcripts(dump: LedgerDump, out: Findings) -> None:
     validators: every call answered once, in order, whatever the crashes left.
     """
     bad = out.check("5 transcripts pass the pairing validators")
-    statuses = Counter(
-        str(e.payload.get("status"))
-        for events in dump.events.values()
-        for e in events
-        if e.type is EventType.TOOL_RESULT
-    )
+    statuses: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for events in dump.events.values():
+        for e in events:
+            if e.type is EventType.TOOL_RESULT:
+                status = str(e.payload.get("status"))
+                kind = status if status == "ok" else f"{e.payload.get('name')}/{status}"
+                statuses[kind] += 1
+                if status not in ("ok", "interrupted"):
+                    examples.setdefault(kind, str(e.payload.get("content", ""))[:90])
     out.counts["tool results by status"] = ", ".join(
         f"{k} {v}" for k, v in sorted(statuses.items())
     )
+    for kind, text in sorted(examples.items()):
+        out.counts[f"  e.g. {kind}"] = text
     for run_id, events in dump.events.items():
         request = ProviderRequest(run_id=run_id, turn_index=0, messages=tuple(project(events)))
         try:
