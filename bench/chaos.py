@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import hashlib
 import itertools
 import json
@@ -1023,6 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
                 thread.join(timeout=30)
             chaos.pool.shutdown(wait=True)
             fleet.stop()
+            # The publisher's AsyncResults (Celery subscribes every send_task to the
+            # result backend) are finalised while our Redis still answers; at
+            # interpreter exit they would retry a stopped server for 20 s.
+            gc.collect()
             server.stop()
             engine.dispose()
             if args.logs is not None:
