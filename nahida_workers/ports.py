@@ -210,7 +210,6 @@ class Ledger(Protocol[TxT]):
 
     def open_session(
         self,
-        tx: TxT,
         session: SessionRecord,
         run: RunRecord,
         events: Sequence[Event],
@@ -254,6 +253,28 @@ class Ledger(Protocol[TxT]):
         """Record the terminal state on the run row (its terminal event is separate)."""
         ...
 
+    def seal_run(
+        self,
+        tx: TxT,
+        event: Event,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """A run's terminal commit point (DESIGN.md section 3 step 6, section 8).
+
+        Writes the terminal ``event``, the run row's terminal state, the
+        acknowledgement of every inbox message the run claimed and
+        ``sessions.status = done`` -- all or nothing, under the fence.
+
+        Raises:
+            StaleEpochError: the fence is stale.
+            EventAfterTerminalError: the run already has a terminal state.
+        """
+        ...
+
     def set_session_status(
         self, tx: TxT, session_id: str, status: SessionStatus, *, at: datetime
     ) -> None:
@@ -268,8 +289,8 @@ class Ledger(Protocol[TxT]):
         """Record a publish owed to the broker."""
         ...
 
-    def mark_published(self, tx: TxT, outbox_id: str, *, at: datetime) -> None:
-        """Mark an outbox row published."""
+    def mark_published(self, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published (its own commit, after the broker took the task)."""
         ...
 
     # -- inbox (DESIGN.md section 8) ------------------------------------------

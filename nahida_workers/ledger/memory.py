@@ -181,18 +181,21 @@ class MemoryLedger:
 
     def open_session(
         self,
-        tx: MemoryTx,
         session: SessionRecord,
         run: RunRecord,
         events: Sequence[Event],
         outbox: OutboxRecord,
     ) -> tuple[SessionRecord, bool]:
-        """A new session with its first run, events and outbox row, or the existing one."""
-        stored, created = self.create_session(tx, session)
-        if created:
-            self.create_run(tx, run)
-            self.append_events(tx, events)
-            self.add_outbox(tx, outbox)
+        """A new session with its first run, events and outbox row, or the existing one.
+
+        Its own commit (the dispatcher's one write).
+        """
+        with self.transaction() as tx:
+            stored, created = self.create_session(tx, session)
+            if created:
+                self.create_run(tx, run)
+                self.append_events(tx, events)
+                self.add_outbox(tx, outbox)
         return stored, created
 
     def create_run(self, tx: MemoryTx, run: RunRecord) -> None:
@@ -283,6 +286,30 @@ class MemoryLedger:
             raise NotFoundError(f"no session {session_id}")
         self._put(tx, self._sessions, session_id, session.model_copy(update=changes))  # type: ignore[arg-type]
 
+    def seal_run(
+        self,
+        tx: MemoryTx,
+        event: Event,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """Terminal event + run row + inbox acknowledgement + session ``done``."""
+        self.append_events(tx, [event])
+        self.finish_run(
+            tx,
+            event.run_id,
+            state=state,
+            reason=reason,
+            failure_code=failure_code,
+            ended_at=ended_at,
+        )
+        self.acknowledge_inbox(tx, event.run_id, at=ended_at)
+        session_id = self._runs[event.run_id].session_id
+        self.set_session_status(tx, session_id, SessionStatus.DONE, at=ended_at)
+
     def set_session_status(
         self, tx: MemoryTx, session_id: str, status: SessionStatus, *, at: datetime
     ) -> None:
@@ -302,15 +329,16 @@ class MemoryLedger:
         """Record a publish owed to the broker."""
         self._put(tx, self._outbox, record.outbox_id, record)  # type: ignore[arg-type]
 
-    def mark_published(self, tx: MemoryTx, outbox_id: str, *, at: datetime) -> None:
-        """Mark an outbox row published and count the attempt."""
-        record = self._outbox[outbox_id]
-        self._put(
-            tx,
-            self._outbox,  # type: ignore[arg-type]
-            outbox_id,
-            record.model_copy(update={"published_at": at, "attempts": record.attempts + 1}),
-        )
+    def mark_published(self, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published and count the attempt (its own commit)."""
+        with self.transaction() as tx:
+            record = self._outbox[outbox_id]
+            self._put(
+                tx,
+                self._outbox,  # type: ignore[arg-type]
+                outbox_id,
+                record.model_copy(update={"published_at": at, "attempts": record.attempts + 1}),
+            )
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """Increment the fencing epoch; status → running."""

@@ -33,7 +33,15 @@ from sqlalchemy import Connection, text
 
 from nahida_workers.ledger.rules import RunFacts
 
-__all__ = ["Fenced", "Locked", "fenced_insert", "lock_and_prefetch", "open_session_pg"]
+__all__ = [
+    "Fenced",
+    "Locked",
+    "Sealed",
+    "fenced_insert",
+    "lock_and_prefetch",
+    "open_session_pg",
+    "seal_pg",
+]
 
 _LOCK_AND_PREFETCH = text(
     """
@@ -258,3 +266,84 @@ def open_session_pg(
         params[key] = params[key].isoformat()
     row = conn.execute(_OPEN_SESSION, params).one()
     return bool(row[0])
+
+
+_SEAL = text(
+    f"""
+WITH lock AS MATERIALIZED (
+    SELECT lease_epoch FROM sessions WHERE session_id = :session_id FOR UPDATE
+),
+sealed AS (
+    UPDATE agent_runs
+    SET terminal_state = :state, terminal_reason = :reason, failure_code = :failure_code,
+        ended_at = CAST(:ended_at AS timestamptz)
+    WHERE run_id = :run_id AND terminal_state IS NULL
+      AND (SELECT lease_epoch FROM lock) = :epoch
+    RETURNING run_id
+),
+written_events AS (
+    INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, epoch,
+                                  created_at)
+    SELECT e.run_id, e.sequence, e.event_type, e.call_id, e.payload_json, e.epoch, e.created_at
+    FROM sealed, jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})
+    RETURNING 1
+),
+acknowledged AS (
+    UPDATE session_inbox
+    SET status = 'acknowledged', acknowledged_at = CAST(:ended_at AS timestamptz)
+    WHERE claimed_run_id = :run_id AND status = 'claimed' AND EXISTS (SELECT 1 FROM sealed)
+    RETURNING 1
+),
+done AS (
+    UPDATE sessions SET status = 'done', updated_at = CAST(:ended_at AS timestamptz)
+    WHERE session_id = :session_id AND EXISTS (SELECT 1 FROM sealed)
+    RETURNING 1
+)
+SELECT lease_epoch, (SELECT count(*) FROM sealed), (SELECT count(*) FROM written_events),
+       (SELECT count(*) FROM acknowledged), (SELECT count(*) FROM done)
+FROM lock
+"""
+)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What :func:`seal_pg` saw under the lock and wrote."""
+
+    epoch: int
+    sealed: bool
+    events_written: int
+
+
+def seal_pg(
+    conn: Connection,
+    session_id: str,
+    epoch: int,
+    run: dict[str, Any],
+    events: Sequence[dict[str, Any]],
+) -> Sealed | None:
+    """Seal a run in ONE statement: terminal state, events, inbox ack, session ``done``.
+
+    ``run`` holds ``run_id``, ``state``, ``reason``, ``failure_code`` and
+    ``ended_at`` (a datetime).  Everything is written iff the locked session
+    row carries ``epoch`` and the run had no terminal state; otherwise nothing
+    is (every write selects from the run-row update).  Run on an autocommit
+    connection it is a whole commit point in one round trip.
+
+    Returns:
+        None when the session does not exist; else the epoch seen under the
+        lock, whether the run was sealed, and the events written.
+    """
+    row = conn.execute(
+        _SEAL,
+        {
+            **run,
+            "session_id": session_id,
+            "epoch": epoch,
+            "ended_at": run["ended_at"].isoformat(),
+            "events": json.dumps(list(events), default=_json_default),
+        },
+    ).first()
+    if row is None:
+        return None
+    return Sealed(int(row[0]), bool(row[1]), int(row[2]))

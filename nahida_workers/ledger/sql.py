@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -33,15 +34,20 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
 )
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.errors import (
+    EventAfterTerminalError,
     LedgerIntegrityError,
     LedgerUnavailableError,
     NotFoundError,
 )
 from nahida_workers.ledger import schema as t
-from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch
+from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch, seal_pg
 from nahida_workers.ledger.rules import (
     RunFacts,
     call_ids,
@@ -68,6 +74,16 @@ __all__ = ["SqlLedger", "SqlTx", "make_engine"]
 DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
 #: Owners whose run facts are carried between commit points (LRU bound).
 CARRIED_FACTS_MAX = 4096
+
+
+def _raise_mapped(exc: BaseException) -> None:
+    """Re-raise a database error as the ledger's typed error (else return)."""
+    if isinstance(exc, IntegrityError):
+        raise integrity(exc) from None
+    if isinstance(exc, OperationalError | DBAPIError):
+        raise LedgerUnavailableError(
+            f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
+        ) from exc
 
 
 class SqlLedger(Reads, RecordWrites, InboxOps):
@@ -159,12 +175,27 @@ class SqlLedger(Reads, RecordWrites, InboxOps):
         except BaseException as exc:
             if fast:
                 self._carry(carry_key, None)
-            if isinstance(exc, IntegrityError):
-                raise integrity(exc) from None
-            if isinstance(exc, OperationalError | DBAPIError):
-                raise LedgerUnavailableError(
-                    f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
-                ) from exc
+            _raise_mapped(exc)
+            raise
+
+    @contextmanager
+    def _single_statement(self) -> Iterator[Connection]:
+        """A connection for a write that is ONE statement.
+
+        PostgreSQL: an autocommit connection -- the statement is atomic on its
+        own, so it costs one round trip instead of BEGIN + statement + COMMIT.
+        SQLite: an ordinary (``BEGIN IMMEDIATE``) transaction.  Errors are
+        mapped as in :meth:`transaction`.
+        """
+        if not self._pg:
+            with self.transaction() as tx:
+                yield tx.conn
+            return
+        try:
+            with self._reader.connect() as conn:
+                yield conn
+        except BaseException as exc:
+            _raise_mapped(exc)
             raise
 
     def _autocommit_connection(self, stack: ExitStack) -> Connection:
@@ -357,6 +388,67 @@ class SqlLedger(Reads, RecordWrites, InboxOps):
                 tx.conn.execute(insert(t.agent_execution_receipts), receipt_rows)
         if facts is not None:
             facts.receipts.update(r.call_id for r in receipts)
+
+    def seal_run(
+        self,
+        tx: SqlTx,
+        event: Event,
+        *,
+        state: TerminalState,
+        reason: ReasonCode,
+        failure_code: FailureCode | None,
+        ended_at: datetime,
+    ) -> None:
+        """The run's terminal commit point (DESIGN.md section 3 step 6, section 8).
+
+        The terminal ``event``, the run row's terminal state, the acknowledgement
+        of every inbox message the run claimed, and ``sessions.status = done``.
+        On the PostgreSQL fast path (a deferred transaction with nothing else
+        buffered) this is ONE autocommit statement (:func:`seal_pg`);
+        otherwise the four writes run in the transaction.
+
+        Raises:
+            StaleEpochError: the fence is stale (nothing written).
+            EventAfterTerminalError: the run already has a terminal state.
+        """
+        run_id = event.run_id
+        terminal = {
+            "run_id": run_id,
+            "state": state.value,
+            "reason": reason.value,
+            "failure_code": failure_code.value if failure_code else None,
+            "ended_at": ended_at,
+        }
+        if self._pg and tx._conn is None and tx.pending is not None and not tx.buffered:
+            fence = self._require_fence(tx, run_id, locks_itself=True)
+            self._check(tx, run_id, call_ids([event]), lambda f: check_append(f, [event]))
+            if tx._conn is None:  # the check needed no read: still one statement
+                self._seal_in_one_statement(tx, fence, event, terminal)
+                return
+        self.append(tx, [event])
+        fence = self._require_fence(tx, run_id)
+        self.finish_run(
+            tx, run_id, state=state, reason=reason, failure_code=failure_code, ended_at=ended_at
+        )
+        self.acknowledge_inbox(tx, run_id, at=ended_at)
+        self.set_session_status(tx, fence.session_id, SessionStatus.DONE, at=ended_at)
+
+    def _seal_in_one_statement(
+        self, tx: SqlTx, fence: Fence, event: Event, terminal: dict[str, Any]
+    ) -> None:
+        with self._single_statement() as conn:
+            sealed = seal_pg(
+                conn, fence.session_id, fence.epoch, terminal, [self._event_row(event, fence.epoch)]
+            )
+        if sealed is None:
+            raise NotFoundError(f"no session {fence.session_id}")
+        check_epoch(fence.session_id, fence.epoch, sealed.epoch)
+        if not sealed.sealed:
+            raise EventAfterTerminalError(f"run {event.run_id} already has a terminal state")
+        tx.fence, tx.pending = fence, None
+        facts = tx.facts.get(event.run_id)
+        if facts is not None:
+            record_events(facts, [event])
 
     def append_events(self, tx: SqlTx, events: Sequence[Event]) -> None:
         """Insert events under the transaction's fence (rules in ``rules.py``)."""

@@ -54,7 +54,11 @@ class Reads:
         visible, and nobody else can write the run under this epoch, so the
         facts read here are carried to the owner's first commit point.
         """
-        events, receipts = self.events(run_id), self.receipts(run_id)
+        events = self.events(run_id)
+        # A receipt needs its committed tool_call (rules.check_receipts): a run
+        # without one has no receipts, and the read is skipped.
+        has_calls = any(e.type is EventType.TOOL_CALL for e in events)
+        receipts = self.receipts(run_id) if has_calls else []
         facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
         record_events(facts, events)
         facts.receipts.update(r.call_id for r in receipts)

@@ -54,6 +54,9 @@ class RecordWrites:
     def transaction(self, *, fence: Fence | None = None, run_id: str | None = None) -> Any:
         raise NotImplementedError
 
+    def _single_statement(self) -> Any:
+        raise NotImplementedError
+
     def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
         """Insert a batch row."""
         tx.conn.execute(
@@ -188,19 +191,20 @@ class RecordWrites:
             )
         )
 
-    def mark_published(self, tx: SqlTx, outbox_id: str, *, at: datetime) -> None:
-        """Mark an outbox row published and count the attempt."""
+    def mark_published(self, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published and count the attempt (one statement, its own commit)."""
         ob = t.dispatch_outbox.c
-        tx.conn.execute(
-            update(t.dispatch_outbox)
-            .where(ob.outbox_id == outbox_id)
-            .values(published_at=at, attempts=ob.attempts + 1)
-        )
+        with self._single_statement() as conn:
+            conn.execute(
+                update(t.dispatch_outbox)
+                .where(ob.outbox_id == outbox_id)
+                .values(published_at=at, attempts=ob.attempts + 1)
+            )
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
-        """Increment the fencing epoch in its own transaction; status → running."""
-        with self.transaction() as tx:
-            row = tx.conn.execute(
+        """Increment the fencing epoch in its own commit (one statement); status → running."""
+        with self._single_statement() as conn:
+            row = conn.execute(
                 update(t.sessions)
                 .where(t.sessions.c.session_id == session_id)
                 .values(
@@ -229,50 +233,52 @@ class RecordWrites:
 
     def open_session(
         self,
-        tx: SqlTx,
         session: SessionRecord,
         run: RunRecord,
         events: Sequence[Event],
         outbox: OutboxRecord,
     ) -> tuple[SessionRecord, bool]:
-        """A new session with its first run, events and outbox row (one statement on PostgreSQL).
+        """A new session with its first run, events and outbox row: its own commit.
 
-        Returns the existing session and ``created=False`` when the id or the
+        On PostgreSQL one autocommit statement (:func:`open_session_pg`).
+        Returns the existing session and ``created=False`` when the
         idempotency key is known; nothing is written then.
         """
         if not self._pg:
-            stored, created = self.create_session(tx, session)
-            if created:
-                self.create_run(tx, run)
-                self.append_events(tx, events)  # type: ignore[attr-defined]
-                self.add_outbox(tx, outbox)
+            with self.transaction() as tx:
+                stored, created = self.create_session(tx, session)
+                if created:
+                    self.create_run(tx, run)
+                    self.append_events(tx, events)  # type: ignore[attr-defined]
+                    self.add_outbox(tx, outbox)
             return stored, created
-        created = open_session_pg(
-            tx.conn,
-            {
-                "session_id": session.session_id,
-                "parent_id": session.parent_id,
-                "batch_id": session.batch_id,
-                "workspace": session.workspace,
-                "status": session.status.value,
-                "config": session.config,
-                "idempotency_key": session.idempotency_key,
-                "at": session.created_at,
-            },
-            {
-                "run_id": run.run_id,
-                "provider": run.provider,
-                "model": run.model,
-                "contract": run.completion_contract.model_dump(mode="json"),
-                "trace_id": run.trace_id,
-                "started_at": run.started_at,
-            },
-            [self._event_row(e, 0) for e in events],  # type: ignore[attr-defined]
-            {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
-        )
-        if created:
-            return session, True
-        existing = tx.conn.execute(
-            select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
-        ).one()
+        with self._single_statement() as conn:
+            created = open_session_pg(
+                conn,
+                {
+                    "session_id": session.session_id,
+                    "parent_id": session.parent_id,
+                    "batch_id": session.batch_id,
+                    "workspace": session.workspace,
+                    "status": session.status.value,
+                    "config": session.config,
+                    "idempotency_key": session.idempotency_key,
+                    "at": session.created_at,
+                },
+                {
+                    "run_id": run.run_id,
+                    "provider": run.provider,
+                    "model": run.model,
+                    "contract": run.completion_contract.model_dump(mode="json"),
+                    "trace_id": run.trace_id,
+                    "started_at": run.started_at,
+                },
+                [self._event_row(e, 0) for e in events],  # type: ignore[attr-defined]
+                {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
+            )
+            if created:
+                return session, True
+            existing = conn.execute(
+                select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
+            ).one()
         return session_row(existing), False

@@ -108,8 +108,7 @@ class Dispatcher:
             payload={"text": spec.prompt, "source": "prompt", "message_id": None},
             created_at=now,
         )
-        with self.ledger.transaction() as tx:
-            stored, created = self.ledger.open_session(tx, session, run, [prompt], outbox)
+        stored, created = self.ledger.open_session(session, run, [prompt], outbox)
         if created:
             self._publish(outbox)
         return stored, created
@@ -117,8 +116,7 @@ class Dispatcher:
     def _publish(self, record: OutboxRecord) -> None:
         task_id = f"session-{record.session_id}-{record.outbox_id}"
         self.queue.publish_session(record.session_id, task_id=task_id)
-        with self.ledger.transaction() as tx:
-            self.ledger.mark_published(tx, record.outbox_id, at=self.clock.now())
+        self.ledger.mark_published(record.outbox_id, at=self.clock.now())
 
     def publish_pending(self, *, limit: int = 100) -> int:
         """Publish outbox rows a crash left unpublished; returns how many."""

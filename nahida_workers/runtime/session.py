@@ -238,18 +238,13 @@ class _Owned:
         now = self.r.clock.now()
         event = terminal_event(state, finish, now=now)
         with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
-            self.r.ledger.append(tx, [event])
-            self.r.ledger.finish_run(
+            self.r.ledger.seal_run(
                 tx,
-                run.run_id,
+                event,
                 state=finish.state,
                 reason=finish.reason,
                 failure_code=finish.failure_code,
                 ended_at=now,
-            )
-            self.r.ledger.acknowledge_inbox(tx, run.run_id, at=now)
-            self.r.ledger.set_session_status(
-                tx, self.session.session_id, SessionStatus.DONE, at=now
             )
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
@@ -261,8 +256,10 @@ class _Owned:
         """Run the open run; then, while the inbox holds input, the next runs."""
         outcome = SessionOutcome.ALREADY_DONE
         while True:
-            runs = self.r.ledger.runs_of(self.session.session_id)
-            run = next((r for r in reversed(runs) if r.terminal_state is None), None)
+            run = None
+            if outcome is SessionOutcome.ALREADY_DONE:  # after a seal no run is open
+                runs = self.r.ledger.runs_of(self.session.session_id)
+                run = next((r for r in reversed(runs) if r.terminal_state is None), None)
             if run is None:
                 run = self._next_run()
             if run is None:

@@ -7,9 +7,24 @@ from typing import Any
 
 import pytest
 
+from nahida_workers.core.events import EventType, ReasonCode, SessionStatus, TerminalState
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
-from nahida_workers.errors import InboxFullError, LedgerIntegrityError, NotFoundError
-from tests.contract.ledger_world import World, make_world
+from nahida_workers.errors import (
+    EventAfterTerminalError,
+    InboxFullError,
+    LedgerIntegrityError,
+    NotFoundError,
+    StaleEpochError,
+)
+from nahida_workers.ledger.pg_commit import Sealed, seal_pg
+from tests.contract.ledger_world import (
+    World,
+    make_world,
+    terminal,
+    tool_call,
+    tool_result,
+    user_input,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LIMITS = InboxLimits(max_user=3, max_background=2, max_bytes=100)
@@ -103,3 +118,99 @@ def test_after_run_messages_are_not_counted_as_next_turn(ledger: Any) -> None:
     post(w, message("later", next_turn=False))
     with ledger.transaction(fence=w.fence) as tx:
         assert tx.pending_inbox == 0
+
+
+# -- the seal: terminal event + run row + inbox acknowledgement + session done -------
+
+
+def seal(w: World, sequence: int, *, fence: Any = None) -> None:
+    """Seal ``w``'s run as the runtime does (the fast path when the world uses hints)."""
+    with w.ledger.transaction(fence=fence or w.fence, run_id=w.hint) as tx:
+        w.ledger.seal_run(
+            tx,
+            terminal(w.run_id, sequence),
+            state=TerminalState.COMPLETED,
+            reason=ReasonCode.ANSWER_ACCEPTED,
+            failure_code=None,
+            ended_at=T0,
+        )
+
+
+def test_seal_writes_the_four_facts_together(ledger: Any) -> None:
+    w = make_world(ledger)
+    post(w, message("m1"))
+    post(w, message("m2"))
+    with ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
+        ledger.append_events(tx, [user_input(w.run_id, 2, "m1's text")])
+        ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
+    w.append(tool_call(w.run_id, 3, "c1"))  # the owner's facts are carried from here
+    w.append(tool_result(w.run_id, 4, "c1"))
+    seal(w, 5)
+    assert [e.type for e in ledger.events(w.run_id)][-1] is EventType.TERMINAL
+    run = ledger.get_run(w.run_id)
+    assert (run.terminal_state, run.terminal_reason, run.ended_at) == (
+        TerminalState.COMPLETED,
+        ReasonCode.ANSWER_ACCEPTED,
+        T0,
+    )
+    statuses = {m.message_id: m.status for m in ledger.inbox("s-1")}
+    assert statuses == {"m1": InboxStatus.ACKNOWLEDGED, "m2": InboxStatus.PENDING}
+    assert ledger.get_session("s-1").status is SessionStatus.DONE
+
+
+def test_seal_under_a_stale_fence_writes_nothing(ledger: Any) -> None:
+    w = make_world(ledger)
+    post(w, message("m1"))
+    with ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
+        ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
+    w.append(tool_call(w.run_id, 2, "c1"))
+    w.append(tool_result(w.run_id, 3, "c1"))
+    old = w.fence
+    w.bump()  # a new owner
+    before = (w.snapshot(), ledger.inbox("s-1"))
+    with pytest.raises(StaleEpochError):
+        seal(w, 4, fence=old)
+    assert (w.snapshot(), ledger.inbox("s-1")) == before
+
+
+def test_a_second_seal_is_refused_and_writes_nothing(ledger: Any) -> None:
+    w = make_world(ledger)
+    w.append(tool_call(w.run_id, 2, "c1"))
+    seal(w, 3)
+    before = w.snapshot()
+    with pytest.raises(EventAfterTerminalError):
+        seal(w, 4)
+    assert w.snapshot() == before
+
+
+def test_seal_statement_is_all_or_nothing_on_postgres(postgres_ledger: Any) -> None:
+    """The one-statement seal checks the epoch and the open run itself (the backstop)."""
+    w = make_world(postgres_ledger)
+    post(w, message("m1"))
+    with postgres_ledger.transaction(fence=w.fence) as tx:
+        postgres_ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
+    run = {
+        "run_id": w.run_id,
+        "state": "completed",
+        "reason": "answer_accepted",
+        "failure_code": None,
+        "ended_at": T0,
+    }
+    row = postgres_ledger._event_row(terminal(w.run_id, 2), 0)
+    with postgres_ledger.engine.begin() as conn:
+        stale = seal_pg(conn, "s-1", 7, run, [row])
+    assert stale == Sealed(epoch=0, sealed=False, events_written=0)
+    assert postgres_ledger.get_session("s-1").status is not SessionStatus.DONE
+    assert ledger_inbox_status(postgres_ledger, "m1") is InboxStatus.CLAIMED
+    with postgres_ledger.engine.begin() as conn:
+        assert seal_pg(conn, "s-1", 0, run, [row]) == Sealed(0, True, 1)
+    with postgres_ledger.engine.begin() as conn:
+        again = seal_pg(conn, "s-1", 0, run, [{**row, "sequence": 3}])
+    assert again == Sealed(0, False, 0)  # the run row is sealed: nothing else written
+    assert len(postgres_ledger.events(w.run_id)) == 2
+    assert ledger_inbox_status(postgres_ledger, "m1") is InboxStatus.ACKNOWLEDGED
+    assert postgres_ledger.get_session("s-1").status is SessionStatus.DONE
+
+
+def ledger_inbox_status(ledger: Any, message_id: str) -> InboxStatus:
+    return {m.message_id: m.status for m in ledger.inbox("s-1")}[message_id]

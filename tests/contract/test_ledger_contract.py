@@ -362,28 +362,24 @@ def test_create_session_with_a_known_idempotency_key_returns_the_existing_one(
 def test_open_session_writes_session_run_prompt_and_outbox_once_per_key(ledger: Ledger) -> None:
     """The dispatcher's one write: all four rows, or (known key) none of them."""
     first = outbox("o-1", "s-a")
-    with ledger.transaction() as tx:
-        stored, created = ledger.open_session(
-            tx,
-            session_record("s-a", key="job:1"),
-            run_record("s-a", "r-1"),
-            [user_input("r-1", 1, "survey")],
-            first,
-        )
+    stored, created = ledger.open_session(
+        session_record("s-a", key="job:1"),
+        run_record("s-a", "r-1"),
+        [user_input("r-1", 1, "survey")],
+        first,
+    )
     assert created and stored.session_id == "s-a"
     assert ledger.get_run("r-1") == run_record("s-a", "r-1")
     assert [(e.sequence, e.type, e.payload["text"]) for e in ledger.events("r-1")] == [
         (1, EventType.USER_INPUT, "survey")
     ]
     assert [o.outbox_id for o in ledger.pending_outbox()] == ["o-1"]
-    with ledger.transaction() as tx:
-        again, created_again = ledger.open_session(
-            tx,
-            session_record("s-b", key="job:1", created=at(5)),
-            run_record("s-b", "r-2"),
-            [user_input("r-2", 1, "again")],
-            outbox("o-2", "s-b"),
-        )
+    again, created_again = ledger.open_session(
+        session_record("s-b", key="job:1", created=at(5)),
+        run_record("s-b", "r-2"),
+        [user_input("r-2", 1, "again")],
+        outbox("o-2", "s-b"),
+    )
     assert created_again is False and again == stored
     assert ledger.get_session("s-b") is None and ledger.get_run("r-2") is None
     assert ledger.events("r-2") == []
@@ -433,8 +429,7 @@ def test_outbox_add_pending_and_mark_published(ledger: Ledger) -> None:
         ledger.add_outbox(tx, outbox("ob-mid", w.session_id, created=at(20)))
     assert [o.outbox_id for o in ledger.pending_outbox()] == ["ob-early", "ob-mid", "ob-late"]
     assert [o.outbox_id for o in ledger.pending_outbox(limit=2)] == ["ob-early", "ob-mid"]
-    with ledger.transaction() as tx:
-        ledger.mark_published(tx, "ob-mid", at=at(40))
+    ledger.mark_published("ob-mid", at=at(40))
     assert [o.outbox_id for o in ledger.pending_outbox()] == ["ob-early", "ob-late"]
 
 
@@ -602,6 +597,43 @@ def test_fencing_is_real_under_concurrency(backend: str, request: pytest.Fixture
     with pytest.raises(StaleEpochError), ledger.transaction(fence=Fence(w.session_id, e)) as tx:
         ledger.append_events(tx, [user_input(w.run_id, 3, "A again")])
     assert len(ledger.events(w.run_id)) == 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_concurrent_open_session_with_one_key_writes_one_of_everything(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Eight dispatchers submit one scheduled job at once: one session, run, prompt, outbox row."""
+    ledger: SqlLedger = request.getfixturevalue(f"{backend}_ledger")
+    start = threading.Barrier(8)
+    results: list[tuple[str, bool]] = []
+    errors: list[BaseException] = []
+
+    def submit(i: int) -> None:
+        try:
+            start.wait(DEADLINE_S)
+            stored, created = ledger.open_session(
+                session_record(f"s-{i}", key="schedule:nightly@2026-01-02"),
+                run_record(f"s-{i}", f"r-{i}"),
+                [user_input(f"r-{i}", 1, "nightly")],
+                outbox(f"o-{i}", f"s-{i}"),
+            )
+            results.append((stored.session_id, created))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE_S * 2)
+    assert not errors, errors
+    winners = [sid for sid, created in results if created]
+    assert len(winners) == 1 and {sid for sid, _ in results} == set(winners)
+    (winner,) = winners
+    assert [s.session_id for s in ledger.sessions()] == [winner]
+    assert [r.run_id for r in ledger.runs_of(winner)] == [winner.replace("s-", "r-")]
+    assert [o.session_id for o in ledger.pending_outbox()] == [winner]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
