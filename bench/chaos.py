@@ -88,6 +88,9 @@ LEASE_TTL_S = 2.0
 VISIBILITY_TIMEOUT_S = 8.0
 SWEEP_EVERY_S = 1.0
 REDISPATCH_AFTER_S = 3.0
+#: A queued session's message counts as lost after this (production: the
+#: visibility timeout; see ``Sweeper.redispatch_queued_after_s``).
+REDISPATCH_QUEUED_AFTER_S = VISIBILITY_TIMEOUT_S
 #: How long a SIGSTOPped worker stays stopped: well past the lease TTL.
 STOP_FOR_S = LEASE_TTL_S * 1.75
 #: How long Redis stays down between the old server's exit and the new one's start.
@@ -1067,7 +1070,8 @@ def run(
     broker_reset()  # the first sweep must not see a "reset" of the Redis we just started
     sweeper = Sweeper(
         ledger, leases, dispatcher, clock, redispatch_after_s=REDISPATCH_AFTER_S,
-        broker_reset=broker_reset, runner=None,
+        redispatch_queued_after_s=REDISPATCH_QUEUED_AFTER_S, broker_reset=broker_reset,
+        runner=None,
     )  # fmt: skip
     inbox = Inbox(ledger, leases, dispatcher, clock)
     submitted: list[str] = []

@@ -71,6 +71,7 @@ class Settings(BaseSettings):
     inbox_max_bytes: int = Field(64 * 1024, ge=1024)
     sweeper_interval_s: float = Field(15.0, gt=0)
     redispatch_after_s: float = Field(60.0, gt=0)
+    redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")

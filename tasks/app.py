@@ -53,7 +53,13 @@ class CeleryTaskQueue:
 
     def publish_session(self, session_id: str, *, task_id: str) -> None:
         """``send_task`` on the ``sessions`` queue with a deterministic task id."""
-        self._app.send_task(RUN_SESSION, args=[session_id], task_id=task_id, queue=SESSIONS_QUEUE)
+        self._app.send_task(
+            RUN_SESSION,
+            args=[session_id],
+            task_id=task_id,
+            queue=SESSIONS_QUEUE,
+            ignore_result=True,  # no result-backend subscription per published task
+        )
 
 
 def fleet() -> Fleet:

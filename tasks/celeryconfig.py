@@ -51,6 +51,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
+        # Outcomes live in the ledger and tool results travel on their own
+        # Redis lists: nobody reads a task result, and a publisher that asks
+        # for one subscribes to the result backend per task (a pubsub channel
+        # that breaks for good when Redis restarts; found by bench/chaos.py).
+        "task_ignore_result": True,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],

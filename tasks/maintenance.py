@@ -40,6 +40,7 @@ def sweep() -> dict[str, object]:
         current.dispatcher,
         current.clock,
         redispatch_after_s=current.settings.redispatch_after_s,
+        redispatch_queued_after_s=current.settings.redispatch_queued_after_s,
         settle_after_s=current.settings.settle_after_s,
         broker_reset=broker_reset,
         runner=current.runner,

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import ABORTED_TEXT
+from nahida_workers.core.records import SessionRecord
+from nahida_workers.errors import LedgerUnavailableError
+from nahida_workers.ports import Ledger
 from nahida_workers.runtime.calls import (
     CallJob,
     Execution,
@@ -28,7 +32,7 @@ from nahida_workers.runtime.calls import (
     execution_to_json,
     not_run,
 )
-from nahida_workers.runtime.wiring import build_registry, redis_client
+from nahida_workers.runtime.wiring import Fleet, build_registry, redis_client
 from nahida_workers.settings import TOOLS_QUEUE
 from nahida_workers.tools.base import ToolRegistry
 from tasks.app import app, fleet, settings
@@ -56,6 +60,10 @@ def tool_payload(call: ToolCall, job: CallJob, executor_epoch: int) -> dict[str,
 
 #: Seconds a tool result waits in Redis for its session worker.
 RESULT_TTL_S = 600
+#: Seconds the tool worker keeps retrying its epoch check through a ledger
+#: outage before it answers "not run" (the session would otherwise wait out
+#: the tool's whole timeout for a call that never ran).
+EPOCH_CHECK_RETRY_S = 3.0
 
 
 class ToolResultChannel:
@@ -104,6 +112,23 @@ def _channel() -> ToolResultChannel:
     return ToolResultChannel(redis_client(current), prefix=current.redis_key_prefix)
 
 
+def fenced_session(ledger: Ledger[Any], session_id: str) -> SessionRecord | None:
+    """The session row for the epoch check, retried through a short ledger outage.
+
+    Raises:
+        LedgerUnavailableError: still unavailable after ``EPOCH_CHECK_RETRY_S``.
+    """
+    for attempt in Retrying(
+        retry=retry_if_exception_type(LedgerUnavailableError),
+        stop=stop_after_delay(EPOCH_CHECK_RETRY_S),
+        wait=wait_exponential(multiplier=0.1, max=1.0),
+        reraise=True,
+    ):
+        with attempt:
+            return ledger.get_session(session_id)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @app.task(name=RUN_TOOL_CALL, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one fanned-out call; push ``{"executor_epoch", "execution"}`` to its channel.
@@ -122,8 +147,36 @@ def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
         tools=tuple(payload["tools"]),
         bash_timeout_s=float(payload["bash_timeout_s"]),
     )
-    session = current.ledger.get_session(job.session_id)
     registry = _registry(job.tools, job.bash_timeout_s)
+    try:
+        session = fenced_session(current.ledger, job.session_id)
+    except LedgerUnavailableError as exc:
+        log.warning(
+            "call %s: ledger unavailable for the epoch check (%s); not run", call.call_id, exc
+        )
+        execution = not_run(
+            call,
+            job,
+            status=ToolStatus.ERROR,
+            content="The tool did not run: the ledger was unavailable. Try the call again.",
+            code="ledger_unavailable",
+            at=current.clock.now(),
+        )
+    else:
+        execution = _fenced_execution(current, registry, call, job, session)
+    value = {"executor_epoch": payload["executor_epoch"], "execution": execution_to_json(execution)}
+    _channel().push(run_tool_call.request.id, value)
+    return value
+
+
+def _fenced_execution(
+    current: Fleet,
+    registry: ToolRegistry,
+    call: ToolCall,
+    job: CallJob,
+    session: SessionRecord | None,
+) -> Execution:
+    """Run the call iff the task's fencing epoch is the session's and the tool may fan out."""
     tool = registry.get(call.name)
     if session is None or session.lease_epoch != job.epoch:
         log.warning("call %s: fencing epoch %s is stale; not run", call.call_id, job.epoch)
@@ -146,9 +199,7 @@ def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
         )
     else:
         execution = execute_call(registry, call, job, current.clock.now)
-    value = {"executor_epoch": payload["executor_epoch"], "execution": execution_to_json(execution)}
-    _channel().push(run_tool_call.request.id, value)
-    return value
+    return execution
 
 
 class CeleryRemoteTools:
@@ -165,6 +216,7 @@ class CeleryRemoteTools:
             args=[tool_payload(call, job, executor_epoch)],
             task_id=task_id,
             queue=TOOLS_QUEUE,
+            ignore_result=True,  # the result comes back on the ToolResultChannel
         )
 
     def wait(self, task_id: str, timeout_s: float) -> tuple[int, Execution] | None:

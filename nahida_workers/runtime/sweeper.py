@@ -5,8 +5,13 @@
   (SIGKILL, OOM, a host gone): once it has been quiet for
   ``redispatch_after_s`` it is dispatched again.  The next owner bumps the
   epoch, closes the orphan calls and continues from the ledger.
+* A session still ``queued`` with no owner after ``redispatch_queued_after_s``
+  lost its task message: a worker killed between taking the message off the
+  queue and recording it unacknowledged (kombu's Redis transport does these
+  in two steps) leaves it nowhere, and the broker never redelivers it (found
+  by ``bench/chaos.py``).  It is dispatched again.
 * After the broker lost its messages (detected by the caller, e.g. a Redis
-  restart), queued sessions are dispatched again too.
+  restart), queued sessions are dispatched again at once.
 * A session that wrote nothing for ``settle_after_s`` and has no owner is
   settled ``failed/abandoned``.
 
@@ -47,8 +52,12 @@ class Sweeper:
     """One sweep over the ledger.
 
     Attributes:
-        redispatch_after_s: seconds a session must have been quiet (no lease,
-            no status change) before it is dispatched again.
+        redispatch_after_s: seconds a ``running`` session must have been quiet
+            (no lease, no status change) before it is dispatched again.
+        redispatch_queued_after_s: the same for a ``queued`` session; longer,
+            because its message may still wait behind a backlog (default: the
+            broker's visibility timeout, past which Redis itself would have
+            redelivered a message that was merely unacknowledged).
         settle_after_s: seconds an unfinished session may go without a single
             ledger write and without an owner before it is settled
             ``failed/abandoned`` (a crash loop, a poison session).
@@ -63,6 +72,7 @@ class Sweeper:
     dispatcher: Dispatcher
     clock: Clock
     redispatch_after_s: float = 60.0
+    redispatch_queued_after_s: float = 300.0
     settle_after_s: float = 3600.0
     broker_reset: Callable[[], bool] = field(default=lambda: False)
     runner: SessionRunner | None = None
@@ -81,14 +91,15 @@ class Sweeper:
                 if self.leases.holder(session_id) is None and self.runner.settle(session_id):
                     settled.append(session_id)
         redispatched: list[str] = []
-        statuses = (
-            [SessionStatus.QUEUED, SessionStatus.RUNNING] if reset else [SessionStatus.RUNNING]
-        )
-        for session in self.ledger.sessions(statuses=statuses):
+        after_s = {
+            SessionStatus.QUEUED: self.redispatch_queued_after_s,
+            SessionStatus.RUNNING: self.redispatch_after_s,
+        }
+        for session in self.ledger.sessions(statuses=list(after_s)):
             if session.session_id in settled:
                 continue
             quiet_s = (now - session.updated_at).total_seconds()
-            if not reset and quiet_s < self.redispatch_after_s:
+            if not reset and quiet_s < after_s[session.status]:
                 continue
             if self.leases.holder(session.session_id) is not None:
                 continue

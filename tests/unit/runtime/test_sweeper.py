@@ -35,7 +35,7 @@ def test_a_lost_broker_gets_every_ownerless_session_dispatched_again() -> None:
     report = sweeper.sweep()
     assert report.broker_reset and report.redispatched == (queued.session_id,)
     assert len(queue.published) == published + 1
-    assert sweeper.sweep().redispatched == ()  # a queued session is trusted to the broker
+    assert sweeper.sweep().redispatched == ()  # a queued session is trusted to the broker a while
 
 
 def test_a_session_stuck_with_no_owner_is_settled_failed_abandoned(tmp_path: Path) -> None:
@@ -78,3 +78,30 @@ def test_a_session_with_recent_progress_is_not_settled(tmp_path: Path) -> None:
         runner=runner,
     )  # type: ignore[arg-type]
     assert sweeper.sweep().settled == ()
+
+
+def test_a_queued_session_whose_message_was_lost_is_dispatched_again_once_per_bound() -> None:
+    """bench/chaos.py found it: a worker SIGKILLed between taking the message off the
+    queue and recording it unacknowledged loses it; the outbox says published."""
+    runner, dispatcher, queue = _world()
+    queued, _ = dispatcher.submit(SPEC, workspace=".")
+    queue.published.clear()  # the message is gone; nothing ran
+    sweeper = Sweeper(
+        runner.ledger,
+        runner.leases,
+        dispatcher,
+        runner.clock,  # type: ignore[attr-defined]
+        redispatch_after_s=60,
+        redispatch_queued_after_s=300,
+    )
+    runner.clock.advance(299)  # type: ignore[attr-defined]
+    assert sweeper.sweep().redispatched == ()  # it may still wait behind a backlog
+    runner.clock.advance(2)  # type: ignore[attr-defined]
+    assert sweeper.sweep().redispatched == (queued.session_id,)
+    assert len(queue.published) == 1
+    assert sweeper.sweep().redispatched == ()  # touched: the next try is one bound later
+    runner.clock.advance(301)  # type: ignore[attr-defined]
+    assert sweeper.sweep().redispatched == (queued.session_id,)
+    runner.run(queued.session_id)  # type: ignore[attr-defined]
+    runner.clock.advance(10_000)  # type: ignore[attr-defined]
+    assert sweeper.sweep().redispatched == ()  # done sessions are never re-dispatched

@@ -1,0 +1,97 @@
+"""The tool worker's task: its epoch check rides out a short ledger outage (bench/chaos.py).
+
+Before, a PostgreSQL blip during the check failed the task with no result
+pushed, and the session waited out the tool's whole timeout (30 s for Read)
+for a call that never ran.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import tasks.tools as tool_task
+from nahida_workers.core.events import ToolStatus
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.errors import LedgerUnavailableError
+from nahida_workers.runtime.calls import CallJob, execution_from_json
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
+
+
+class FlakyLedger:
+    """Answers ``get_session`` after ``failures`` LedgerUnavailableErrors."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self.inner, self.failures, self.calls = inner, failures, 0
+
+    def get_session(self, session_id: str) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise LedgerUnavailableError("ledger unavailable: AdminShutdown")
+        return self.inner.get_session(session_id)
+
+
+class Channel:
+    def __init__(self) -> None:
+        self.pushed: dict[str, dict[str, Any]] = {}
+
+    def push(self, task_id: str, value: dict[str, Any]) -> None:
+        self.pushed[task_id] = value
+
+
+def _world(tmp_path: Path, failures: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    runner = memory_runner()
+    session, _ = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock).submit(
+        scripted_spec([{"text": "x"}]), workspace=str(tmp_path)
+    )
+    (tmp_path / "a.txt").write_text("hello\n")
+    ledger = FlakyLedger(runner.ledger, failures)
+    channel = Channel()
+    monkeypatch.setattr(
+        tool_task, "fleet", lambda: SimpleNamespace(ledger=ledger, clock=FakeClock())
+    )
+    monkeypatch.setattr(tool_task, "_channel", lambda: channel)
+    call = ToolCall(call_id="c1", name="Read", arguments={"path": "a.txt"})
+    job = CallJob(
+        run_id="r1",
+        workspace=tmp_path,
+        epoch=session.lease_epoch,
+        max_output_bytes=4096,
+        session_id=session.session_id,
+        tools=("Read",),
+        bash_timeout_s=10.0,
+    )
+    return ledger, channel, tool_task.tool_payload(call, job, executor_epoch=0)
+
+
+def _result(channel: Channel, task_id: str) -> Any:
+    return execution_from_json(channel.pushed[task_id]["execution"])
+
+
+def test_the_epoch_check_retries_through_a_short_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, channel, payload = _world(tmp_path, failures=2, monkeypatch=monkeypatch)
+    tool_task.run_tool_call.apply(args=[payload], task_id="t-short")
+    execution = _result(channel, "t-short")
+    assert ledger.calls == 3
+    assert execution.result.status is ToolStatus.OK and "hello" in execution.result.content
+
+
+def test_a_long_outage_answers_not_run_at_once_instead_of_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tool_task, "EPOCH_CHECK_RETRY_S", 0.3)
+    _ledger, channel, payload = _world(tmp_path, failures=10**6, monkeypatch=monkeypatch)
+    started = time.monotonic()
+    tool_task.run_tool_call.apply(args=[payload], task_id="t-long")
+    assert time.monotonic() - started < 3.0
+    execution = _result(channel, "t-long")
+    assert execution.result.status is ToolStatus.ERROR
+    assert "ledger was unavailable" in execution.result.content
+    assert execution.receipt.evidence["error_code"] == "ledger_unavailable"
