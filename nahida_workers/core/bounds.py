@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from nahida_workers.core.events import EventType, ReasonCode, TerminalState, input_fingerprint
+from nahida_workers.core.events import EventType, ReasonCode, TerminalState
 from nahida_workers.core.state import RunState
 
 __all__ = ["BoundLimits", "BoundPrompt", "BoundStop", "check_bounds"]
@@ -76,7 +76,7 @@ def check_bounds(state: RunState, limits: BoundLimits) -> BoundPrompt | BoundSto
     if limits.token_budget is not None and _tokens(state) >= limits.token_budget:
         return BoundStop(ReasonCode.BUDGET_EXHAUSTED)
     issued = _issued(state)
-    signatures = Counter((c.name, input_fingerprint(c.arguments)) for c in state.calls.values())
+    signatures = Counter((c.name, c.fingerprint) for c in state.calls.values())
     for (name, fingerprint), count in signatures.most_common(1):
         if count >= limits.action_stop_at:
             return BoundStop(ReasonCode.DOOM_LOOP)

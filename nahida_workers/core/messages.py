@@ -9,9 +9,12 @@ provider's finish reason alone (case B09).
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from nahida_workers.core.events import input_fingerprint
 
 __all__ = [
     "Anomaly",
@@ -51,6 +54,15 @@ class ToolCall(_Frozen):
     arguments: dict[str, Any] = Field(default_factory=dict)
     arguments_error: str | None = None
     raw_arguments: str | None = None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON of ``arguments`` (the receipt's input_fingerprint).
+
+        Computed once per call: the loop's bounds, the receipt and the
+        pre-start match all need it.
+        """
+        return input_fingerprint(self.arguments)
 
 
 class StopReason(StrEnum):

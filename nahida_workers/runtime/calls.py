@@ -21,7 +21,6 @@ from nahida_workers.core.events import (
     ExecutionReceipt,
     ToolStatus,
     VerificationStatus,
-    input_fingerprint,
 )
 from nahida_workers.core.loop import CallResult
 from nahida_workers.core.messages import ToolCall
@@ -125,7 +124,7 @@ def not_run(
         status=status,
         started_at=at,
         finished_at=at,
-        input_fingerprint=input_fingerprint(call.arguments),
+        input_fingerprint=call.fingerprint,
         evidence={"error_code": code, **(evidence or {})},
         evidence_kind=evidence_kind,
         verification_status=VerificationStatus.NOT_APPLICABLE,
@@ -185,7 +184,7 @@ def execute_call(
         status=outcome.status,
         started_at=started,
         finished_at=finished,
-        input_fingerprint=input_fingerprint(call.arguments),
+        input_fingerprint=call.fingerprint,
         evidence=dict(outcome.evidence),
         evidence_kind=kind,
         verification_status=VerificationStatus.UNVERIFIED,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from nahida_workers.core.events import input_fingerprint
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
 from nahida_workers.runtime.calls import CallJob
@@ -32,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def _key(call: ToolCall) -> tuple[str, str]:
-    return call.call_id, input_fingerprint(call.arguments)
+    return call.call_id, call.fingerprint
 
 
 class PreStart:
