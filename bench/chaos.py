@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import hashlib
 import itertools
 import json
@@ -1027,17 +1026,13 @@ def main(argv: list[str] | None = None) -> int:
                 thread.join(timeout=30)
             chaos.pool.shutdown(wait=True)
             fleet.stop()
-            # The publisher's AsyncResults (Celery subscribes every send_task to the
-            # result backend) are finalised while our Redis still answers; at
-            # interpreter exit they would retry a stopped server for 20 s.
-            gc.collect()
             server.stop()
             engine.dispose()
             if args.logs is not None:
                 shutil.copytree(root / "logs", args.logs, dirs_exist_ok=True)
                 shutil.copy(root / "redis.log", args.logs / "redis.log")
-            # The log file goes with the temporary directory: later records (the
-            # publisher's result consumer at interpreter exit) go to stderr.
+            # The log file goes with the temporary directory: later records go
+            # to stderr.
             logging.basicConfig(level=logging.WARNING, force=True)
     console.print(f"wall time: {time.monotonic() - started:.1f} s")
     return code

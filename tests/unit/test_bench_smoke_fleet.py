@@ -71,10 +71,15 @@ def test_fleet_benchmark_small_mode_completes_every_session() -> None:
 
 
 @pytest.mark.usefixtures("servers")
-def test_fanout_benchmark_quick_mode_meets_its_target() -> None:
+def test_fanout_benchmark_quick_mode_runs_the_batch_in_parallel() -> None:
+    # The 1.3 target is reported, not asserted: a wall-time threshold in the
+    # suite fails on a loaded machine. Overlap is asserted (the run exits 1
+    # unless the batch took under half the sequential time), and here again.
     out = run_bench("bench.fanout", "--quick", timeout_s=120)
     assert out.count("fan-out/one-tool ratio: ") == 2  # remote and local
-    assert "parallel/sequential ratio: remote" in out
+    line = next(x for x in out.splitlines() if x.startswith("parallel/sequential ratio: remote"))
+    remote, local = (float(w.rstrip(",")) for w in line.split()[3:6:2])
+    assert remote < 0.5 and local < 0.5, line
     assert "added cost per fanned-out call: remote " in out
     assert "(inline baseline " in out
     assert "tool worker ran " in out
