@@ -935,6 +935,10 @@ def log_counts(workers: list[Worker]) -> dict[str, int]:
         "worker log: lease held (duplicate delivery exited)": text.count("lease held"),
         "worker log: recovery (orphan calls settled)": text.count(": recovery {"),
         "worker log: write refused by the ledger's epoch check": text.count("is stale (current"),
+        "worker log: commit retried through a ledger outage": text.count(
+            "commit: ledger unavailable"
+        ),
+        "worker log: cut-off commit found landed (not repeated)": text.count("had landed"),
     }
 
 

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     # far below Celery's 1 h default, still ten times the lease TTL.  A live
     # session redelivered meanwhile finds its lease held and exits (case B01).
     visibility_timeout_s: float = Field(300.0, gt=0)
+    # How long a session owner retries a commit point through a ledger outage
+    # (a PostgreSQL restart, terminated backends) before the run gives up.
+    ledger_outage_s: float = Field(10.0, ge=0)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
@@ -32,6 +31,7 @@ from nahida_workers.runtime.calls import (
     execution_to_json,
     not_run,
 )
+from nahida_workers.runtime.outage import read_through_outage
 from nahida_workers.runtime.wiring import Fleet, build_registry, redis_client
 from nahida_workers.settings import TOOLS_QUEUE
 from nahida_workers.tools.base import ToolRegistry
@@ -118,15 +118,7 @@ def fenced_session(ledger: Ledger[Any], session_id: str) -> SessionRecord | None
     Raises:
         LedgerUnavailableError: still unavailable after ``EPOCH_CHECK_RETRY_S``.
     """
-    for attempt in Retrying(
-        retry=retry_if_exception_type(LedgerUnavailableError),
-        stop=stop_after_delay(EPOCH_CHECK_RETRY_S),
-        wait=wait_exponential(multiplier=0.1, max=1.0),
-        reraise=True,
-    ):
-        with attempt:
-            return ledger.get_session(session_id)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return read_through_outage(lambda: ledger.get_session(session_id), within_s=EPOCH_CHECK_RETRY_S)
 
 
 @app.task(name=RUN_TOOL_CALL, acks_late=True, reject_on_worker_lost=True, ignore_result=True)

@@ -64,8 +64,11 @@ class MemoryLedger:
 
     Args:
         payload_max_bytes: cap on one event payload's JSON size, in bytes.
-        fail_next_commits: test hook -- the next N transactions raise
-            ``LedgerUnavailableError`` at commit and roll back.
+
+    Test hooks: ``commit_hook`` runs just before a transaction commits (if
+    it raises, the transaction rolls back); ``ack_hook`` runs just after it
+    committed (if it raises, the writer sees an error although the commit
+    landed -- a lost acknowledgement).
     """
 
     def __init__(self, *, payload_max_bytes: int = 256 * 1024) -> None:
@@ -81,6 +84,7 @@ class MemoryLedger:
         self._inbox: dict[str, InboxMessage] = {}
         self._fleet: dict[str, str] = {}
         self.commit_hook: Callable[[], None] | None = None
+        self.ack_hook: Callable[[], None] | None = None
 
     # -- transactions ----------------------------------------------------------
     @contextmanager
@@ -104,6 +108,8 @@ class MemoryLedger:
                 for undo in reversed(tx.undo):
                     undo()
                 raise
+        if self.ack_hook is not None:
+            self.ack_hook()
 
     def lock_session(self, tx: MemoryTx, session_id: str, epoch: int) -> None:
         """Check that ``epoch`` is the session's current epoch (the lock is global)."""

@@ -77,6 +77,7 @@ from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
+from nahida_workers.runtime.outage import commit_through_outage
 from nahida_workers.runtime.prestart import PreStart
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
@@ -114,6 +115,8 @@ class SessionRunner:
         registry_for: builds the tool registry of a session spec.
         executor: runs tool batches.
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
+        ledger_outage_s: how long a commit point is retried through a ledger
+            outage, in seconds (``runtime/outage.py``); 0 = one attempt.
         prestart: start read-only concurrency-safe calls while the provider
             still streams (needs a fan-out executor; see ``runtime/prestart.py``).
         sink: where user-visible events go (``runtime/channel.py``).
@@ -126,6 +129,7 @@ class SessionRunner:
     registry_for: Callable[[SessionSpec], ToolRegistry]
     executor: ToolExecutor
     lease_ttl_ms: int = 30_000
+    ledger_outage_s: float = 10.0
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
 
@@ -217,15 +221,35 @@ class _Owned:
     ) -> None:
         """One fenced transaction; the state learns the events only after commit.
 
-        ``claims``: inbox message ids the events commit as user input.
+        ``claims``: inbox message ids the events commit as user input.  A
+        ledger outage is ridden out for ``ledger_outage_s`` (an attempt cut off
+        after it landed is not repeated: ``runtime/outage.py``).
+
+        Raises:
+            LeaseLostError / StaleEpochError: this owner lost the session.
+            LedgerIntegrityError: the ledger refused the write.
+            LedgerUnavailableError: the outage outlasted ``ledger_outage_s``.
         """
         self.heartbeat.check()
-        with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
-            self.r.ledger.append(tx, events, receipts)
-            self.r.ledger.claim_inbox(tx, state.run_id, claims, at=self.r.clock.now())
-        # Both are read under the fence's row lock, so they are free and fresh.
-        self._cancel_seen = tx.cancel_requested
-        self._inbox_pending = tx.pending_inbox
+
+        def write() -> Any:
+            with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
+                self.r.ledger.append(tx, events, receipts)
+                self.r.ledger.claim_inbox(tx, state.run_id, claims, at=self.r.clock.now())
+            return tx
+
+        tx = commit_through_outage(
+            write,
+            landed=lambda: bool(events) and self._landed(state.run_id, events[0]),
+            within_s=self.r.ledger_outage_s,
+            before_retry=self.heartbeat.check,
+        )
+        if tx is not None:
+            # Both are read under the fence's row lock, so they are free and fresh.
+            self._cancel_seen = tx.cancel_requested
+            self._inbox_pending = tx.pending_inbox
+        else:
+            self._inbox_pending = max(self._inbox_pending, 1)  # unknown: look at the boundary
         if self.observer is not None:
             self.observer.committed(events)
         for event in events:
@@ -233,19 +257,42 @@ class _Owned:
         for receipt in receipts:
             state.apply_receipt(receipt)
 
+    def _landed(self, run_id: str, first: Event) -> bool:
+        """Whether a commit beginning with ``first`` is in the ledger, written by us.
+
+        A commit point is one transaction, so its first event stands for all
+        of it; the epoch tells our write from anyone else's.
+        """
+        return any(
+            e.sequence == first.sequence
+            and e.type is first.type
+            and e.call_id == first.call_id
+            and e.epoch == self.fence.epoch
+            for e in self.r.ledger.events(run_id)
+        )
+
     def seal(self, state: RunState, run: RunRecord, finish: Finish) -> None:
         """Terminal event + run row + inbox acknowledgement + session status, one transaction."""
         now = self.r.clock.now()
         event = terminal_event(state, finish, now=now)
-        with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
-            self.r.ledger.seal_run(
-                tx,
-                event,
-                state=finish.state,
-                reason=finish.reason,
-                failure_code=finish.failure_code,
-                ended_at=now,
-            )
+
+        def write() -> None:
+            with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
+                self.r.ledger.seal_run(
+                    tx,
+                    event,
+                    state=finish.state,
+                    reason=finish.reason,
+                    failure_code=finish.failure_code,
+                    ended_at=now,
+                )
+
+        commit_through_outage(
+            write,
+            landed=lambda: self._landed(run.run_id, event),
+            within_s=self.r.ledger_outage_s,
+            before_retry=self.heartbeat.check,
+        )
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
         if self.observer is not None:

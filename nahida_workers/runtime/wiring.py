@@ -210,6 +210,7 @@ def build_fleet(
         registry_for=lambda spec: registry_for(spec, settings),
         executor=executor or InlineExecutor(clock.now),
         lease_ttl_ms=settings.lease_ttl_ms,
+        ledger_outage_s=settings.ledger_outage_s,
         sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
     )
     dispatcher = Dispatcher(ledger, queue, clock)

@@ -1,0 +1,96 @@
+"""Riding out a short ledger outage: retry a read or a commit point, never a commit twice.
+
+A PostgreSQL failover, a restart or an administrator terminating backends
+breaks the connections a worker holds; SQLAlchemy maps that to
+:class:`~nahida_workers.errors.LedgerUnavailableError` (retryable).  The
+session owner retries a commit point for a bounded time instead of giving
+up the run -- the tool results it holds in memory are the evidence of side
+effects that already happened (DESIGN.md section 3 step 5).
+
+A commit whose connection broke may still have landed: the server committed
+and the acknowledgement was lost.  Before writing again, the retry asks the
+ledger whether the first attempt landed, so a commit is never applied twice
+and never refused as a duplicate of itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from nahida_workers.errors import LedgerUnavailableError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def outage_retrying(within_s: float) -> Retrying:
+    """A tenacity loop that retries ``LedgerUnavailableError`` for ``within_s`` seconds.
+
+    Waits 0.1 s, 0.2 s, 0.4 s ... (at most 2 s) between attempts; the last
+    error is re-raised when the time is up.  ``within_s=0`` makes one attempt.
+    """
+    return Retrying(
+        retry=retry_if_exception_type(LedgerUnavailableError),
+        stop=stop_after_delay(within_s),
+        wait=wait_exponential(multiplier=0.1, max=2.0),
+        reraise=True,
+    )
+
+
+def read_through_outage(read: Callable[[], T], *, within_s: float) -> T:
+    """``read()``, retried through a ledger outage of up to ``within_s`` seconds.
+
+    Raises:
+        LedgerUnavailableError: still unavailable when the time is up.
+    """
+    for attempt in outage_retrying(within_s):
+        with attempt:
+            return read()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def commit_through_outage(
+    write: Callable[[], T],
+    *,
+    landed: Callable[[], bool],
+    within_s: float,
+    before_retry: Callable[[], None] = lambda: None,
+) -> T | None:
+    """Run the commit ``write()``, retrying it through a ledger outage.
+
+    Args:
+        write: one transaction; it either commits as a whole or not at all.
+        landed: asks the ledger whether an earlier attempt committed after
+            all (called only after an attempt failed ``LedgerUnavailable``).
+        within_s: how long to keep trying, in seconds.
+        before_retry: runs before each retry -- e.g. a lease check, so an
+            owner that lost its lease meanwhile stops instead of writing.
+
+    Returns:
+        What ``write`` returned, or None when an earlier attempt was found to
+        have landed (the commit happened exactly once).
+
+    Raises:
+        LedgerUnavailableError: still unavailable when the time is up.
+        Anything ``write``, ``landed`` or ``before_retry`` raise otherwise
+        (a ledger refusal, a lost lease) -- not retried.
+    """
+    failed_once = False
+    for attempt in outage_retrying(within_s):
+        with attempt:
+            if failed_once:
+                before_retry()
+                if landed():
+                    log.warning("commit: the attempt cut off by the outage had landed")
+                    return None
+            try:
+                return write()
+            except LedgerUnavailableError as exc:
+                failed_once = True
+                log.warning("commit: ledger unavailable (%s); retrying", exc)
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
