@@ -31,137 +31,77 @@ proves and which DESIGN.md rule it is):
    (section 3 step 1).
 
     python -m bench.chaos --sessions 200 --workers 3    # exits 1 on any violation
+
+Its parts: ``chaos_rig`` (timings, the plan, a private Redis, the tally),
+``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5) and
+``chaos_diagnose`` (what a run that did not drain left behind).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
-import itertools
 import json
 import logging
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import redis
-from rich.console import Console
 from rich.table import Table
 
-from bench.common import ADMIN_DSN, scratch_database
-from nahida_workers.core.events import Event, EventType, SessionStatus, ToolStatus
-from nahida_workers.core.messages import ProviderRequest
-from nahida_workers.core.records import InboxStatus
-from nahida_workers.core.transcript import project
-from nahida_workers.fleet_harness import BROKER_DB, LEASE_DB, Fleet, Worker, make_repo
+from bench.chaos_checks import (
+    Findings,
+    LedgerDump,
+    check_deliveries,
+    check_epochs,
+    check_steering,
+    check_terminals,
+    check_transcripts,
+    log_counts,
+    read_deliveries,
+)
+from bench.chaos_diagnose import describe_stuck, unfinished
+from bench.chaos_faults import Chaos
+from bench.chaos_rig import (
+    KILL_KINDS,
+    LEASE_TTL_S,
+    REDISPATCH_AFTER_S,
+    REDISPATCH_QUEUED_AFTER_S,
+    SPARE_ANSWERS,
+    SWEEP_EVERY_S,
+    TOOLS,
+    VISIBILITY_TIMEOUT_S,
+    Plan,
+    RedisServer,
+    Tally,
+    console,
+    retry,
+    say,
+)
+from bench.common import scratch_database
+from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker, make_repo
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.ports import Ledger, SystemClock
-from nahida_workers.providers.payloads import anthropic_messages, openai_messages
-from nahida_workers.providers.validate import validate_anthropic_messages, validate_openai_messages
+from nahida_workers.ports import SystemClock
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
 from tasks.maintenance import BROKER_RUN_ID_KEY
 
-T = TypeVar("T")
-DELIVER = "nahida_workers.testing_tools:DeliverOnce"
-TOOLS = ("Glob", "Read", "Grep", "Bash", DELIVER)
-LEASE_TTL_S = 2.0
-VISIBILITY_TIMEOUT_S = 8.0
-SWEEP_EVERY_S = 1.0
-REDISPATCH_AFTER_S = 3.0
-#: A queued session's message counts as lost after this (production: the
-#: visibility timeout; see ``Sweeper.redispatch_queued_after_s``).
-REDISPATCH_QUEUED_AFTER_S = VISIBILITY_TIMEOUT_S
-#: How long a SIGSTOPped worker stays stopped: well past the lease TTL.
-STOP_FOR_S = LEASE_TTL_S * 1.75
-#: How long Redis stays down between the old server's exit and the new one's start.
-REDIS_DOWN_S = 0.5
-#: Spare answers after "Done.": steering pending at a candidate answer takes one
-#: more provider turn each time; distinct texts keep the repeated-text bound quiet.
-SPARE_ANSWERS = ("Done (update noted).", "Noted; done.", "Done again.", "Finished.", "All done.")
-KILL_KINDS = (
-    "sigkill session worker",
-    "sigstop session worker",
-    "sigkill tool worker",
-    "redis restart",
-    "pg terminate backends",
-)
-
-console = Console(highlight=False, width=120)
-
-
-def clock_ms() -> str:
-    """Wall-clock time of day with milliseconds (lines up with worker logs and the ledger)."""
-    now = time.time()
-    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
-
-
-def say(text: str) -> None:
-    """One timestamped progress line."""
-    console.print(f"[{clock_ms()}] {text}", markup=False)
-
-
-def retry(fn: Callable[[], T], *, what: str, give_up_s: float = 120.0) -> T:
-    """Call ``fn`` until it succeeds: the harness rides out the outages it causes.
-
-    Raises:
-        RuntimeError: ``give_up_s`` seconds passed without a success (chained
-            to the last error).
-    """
-    deadline, pause = time.monotonic() + give_up_s, 0.1
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: still failing after {give_up_s:.0f}s") from exc
-            time.sleep(pause)
-            pause = min(1.0, pause * 2)
-
 
 # -- the plan -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Plan:
-    """Sizes of one chaos run (the CI run and the large run differ only in these)."""
-
-    sessions: int
-    workers: int
-    concurrency: int
-    window_s: float
-    sigkills: int
-    sigstops: int
-    steering: int
-    seed: int
-    timeout_s: float
-
-    @property
-    def events(self) -> list[str]:
-        """The chaos events, one entry per event (order chosen by the seed)."""
-        return (
-            ["sigkill session worker"] * self.sigkills
-            + ["sigstop session worker"] * self.sigstops
-            + ["sigkill tool worker", "redis restart", "pg terminate backends"]
-        )
-
-
 def plan_for(args: argparse.Namespace) -> Plan:
     """Scale the schedule with N: about 0.3 s of chaos window per session, at least 16 s."""
     n = args.sessions
@@ -213,305 +153,6 @@ def script(i: int, deliveries: Path) -> list[Mapping[str, Any]]:
         {"text": "Done."},
         *({"text": text} for text in SPARE_ANSWERS),
     ]
-
-
-# -- our own Redis ------------------------------------------------------------------
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    """A private ``redis-server`` on a free port, restartable on the same port."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.generation = 0
-
-    @property
-    def url(self) -> str:
-        """Base URL (no database)."""
-        return f"redis://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        """Start a server and wait until it answers PING."""
-        self.generation += 1
-        with (self.workdir / "redis.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--daemonize", "no", "--dir", str(self.workdir)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.RedisError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.05)
-        client.close()
-
-    def stop(self) -> None:
-        """Terminate the server (no persistence: every key is gone)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-
-    def restart(self) -> None:
-        """Stop, stay down :data:`REDIS_DOWN_S`, start a fresh server on the same port."""
-        self.stop()
-        time.sleep(REDIS_DOWN_S)  # the outage itself, not a synchronisation
-        self.start()
-
-
-# -- shared state of the harness threads -----------------------------------------------
-@dataclass
-class Tally:
-    """What the harness did and saw while the chaos ran."""
-
-    kills: Counter[str] = field(default_factory=Counter)
-    timeline: list[str] = field(default_factory=list)
-    steering_sent: dict[str, str] = field(default_factory=dict)  # message id -> session id
-    steering_duplicates: int = 0
-    sweeps: int = 0
-    sweep_errors: Counter[str] = field(default_factory=Counter)
-    broker_resets: int = 0
-    redispatched: int = 0
-    unexpected_exits: list[str] = field(default_factory=list)
-    harness_errors: list[str] = field(default_factory=list)
-    pg_backends_terminated: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    t0: float = field(default_factory=time.monotonic)
-
-    def note(self, kind: str, detail: str) -> None:
-        """Count a chaos event of ``kind`` and put it on the timeline."""
-        with self.lock:
-            self.kills[kind] += 1
-            at = f"t+{time.monotonic() - self.t0:5.1f}s ({clock_ms()})"
-            self.timeline.append(f"{at} {kind}: {detail}")
-        say(f"chaos: {kind}: {detail}")
-
-
-class Chaos:
-    """The fleet under test and the chaos schedule that runs against it."""
-
-    def __init__(
-        self, plan: Plan, fleet: Fleet, server: RedisServer, db_name: str, tally: Tally
-    ) -> None:
-        self.plan = plan
-        self.fleet = fleet
-        self.server = server
-        self.db_name = db_name
-        self.tally = tally
-        self.rng = random.Random(plan.seed)
-        self.session_workers: list[Worker] = []
-        self.tool_worker: Worker | None = None
-        self.killed: set[str] = set()  # names of workers the harness killed on purpose
-        self.starting: list[Future[Worker]] = []
-        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="start-worker")
-        self.stop = threading.Event()
-        self._serial = 0
-        self._lock = threading.Lock()
-        self._watch_lock = threading.Lock()
-
-    # -- workers ----------------------------------------------------------------
-    def _name(self, role: str) -> str:
-        with self._lock:
-            self._serial += 1
-            return f"{role}{self._serial}"
-
-    def start_session_worker(self) -> Future[Worker]:
-        """Start a session worker in the background; it joins the pool when ready."""
-
-        def start() -> Worker:
-            worker = self.fleet.start_worker(
-                queues="sessions", concurrency=self.plan.concurrency, name=self._name("sessions")
-            )
-            with self._lock:
-                self.session_workers.append(worker)
-            return worker
-
-        future = self.pool.submit(start)
-        self.starting.append(future)
-        return future
-
-    def start_tool_worker(self) -> Future[Worker]:
-        """Start the tool worker in the background."""
-
-        def start() -> Worker:
-            worker = self.fleet.start_worker(
-                queues="tools", concurrency=8, name=self._name("tools")
-            )
-            self.tool_worker = worker
-            return worker
-
-        future = self.pool.submit(start)
-        self.starting.append(future)
-        return future
-
-    def wait_started(self) -> None:
-        """Wait for every worker start submitted so far; a failed start is a harness error."""
-        for future in list(self.starting):
-            try:
-                future.result()
-            except Exception as exc:
-                self.starting.remove(future)
-                self.tally.harness_errors.append(f"worker start failed: {exc!r}"[:500])
-
-    def _owners(self) -> Counter[int]:
-        """Leases held per worker pid (the owner token is ``host:pid:uuid``)."""
-        client = redis.Redis.from_url(f"{self.server.url}/{LEASE_DB}", socket_timeout=2)
-        try:
-            pids: Counter[int] = Counter()
-            for key in client.scan_iter(match=f"{self.fleet.prefix}lease:session:*", count=500):
-                value = client.get(key)
-                if isinstance(value, bytes):
-                    pids[int(value.decode().split(":")[1])] += 1
-            return pids
-        finally:
-            client.close()
-
-    def _live(self, pick: Callable[[], list[Worker]], what: str) -> list[Worker]:
-        """Live workers from ``pick``; waits for a replacement still starting (up to 60 s)."""
-        deadline = time.monotonic() + 60
-        while True:
-            with self._lock:
-                alive = [w for w in pick() if w.proc.poll() is None and w.name not in self.killed]
-            if alive or time.monotonic() > deadline:
-                if not alive:
-                    raise RuntimeError(f"no live {what} to hit")
-                return alive
-            self.watchdog()
-            self.stop.wait(0.1)
-
-    def _victim(self) -> tuple[Worker, int]:
-        """A live session worker, preferring one that owns sessions; with how many it owns."""
-        alive = self._live(lambda: self.session_workers, "session worker")
-        try:
-            owners = self._owners()
-        except redis.RedisError:
-            owners = Counter()
-        busy = [w for w in alive if owners[w.proc.pid]]
-        worker = self.rng.choice(busy or alive)
-        return worker, owners[worker.proc.pid]
-
-    def _retire(self, worker: Worker) -> None:
-        with self._lock:
-            self.killed.add(worker.name)
-            if worker in self.session_workers:
-                self.session_workers.remove(worker)
-
-    # -- the events ---------------------------------------------------------------
-    def sigkill_session_worker(self) -> None:
-        """SIGKILL a session worker that owns sessions; start its replacement."""
-        worker, owned = self._victim()
-        self._retire(worker)
-        worker.kill(signal.SIGKILL)
-        worker.proc.wait(timeout=10)
-        self.tally.note("sigkill session worker", f"{worker.name} (owned {owned} sessions)")
-        self.start_session_worker()
-
-    def sigstop_session_worker(self) -> None:
-        """SIGSTOP a session worker for longer than the lease TTL, then SIGCONT it."""
-        worker, owned = self._victim()
-        worker.kill(signal.SIGSTOP)
-        self.tally.note(
-            "sigstop session worker", f"{worker.name} (owned {owned}) for {STOP_FOR_S:.1f}s"
-        )
-        try:
-            self.stop.wait(STOP_FOR_S)  # the pause itself, not a synchronisation
-        finally:
-            worker.kill(signal.SIGCONT)
-
-    def sigkill_tool_worker(self) -> None:
-        """SIGKILL the tool worker; start its replacement."""
-        (worker,) = self._live(
-            lambda: [self.tool_worker] if self.tool_worker else [], "tool worker"
-        )
-        self.killed.add(worker.name)
-        worker.kill(signal.SIGKILL)
-        worker.proc.wait(timeout=10)
-        self.tally.note("sigkill tool worker", worker.name)
-        self.start_tool_worker()
-
-    def restart_redis(self) -> None:
-        """Terminate the Redis server and start a new, empty one on the same port."""
-        self.server.restart()
-        self.tally.note(
-            "redis restart", f"port {self.server.port}, generation {self.server.generation}"
-        )
-
-    def terminate_pg(self) -> None:
-        """``pg_terminate_backend`` every other backend connected to the chaos database."""
-
-        def terminate() -> int:
-            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-                rows = conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = %s AND pid <> pg_backend_pid()",
-                    (self.db_name,),
-                ).fetchall()
-            return sum(1 for (ok,) in rows if ok)
-
-        count = retry(terminate, what="pg_terminate_backend")
-        self.tally.pg_backends_terminated += count
-        self.tally.note("pg terminate backends", f"{count} backends")
-
-    def watchdog(self) -> None:
-        """Replace a worker that exited without being killed (reported, not hidden)."""
-        with self._watch_lock:
-            self._watchdog()
-
-    def _watchdog(self) -> None:
-        with self._lock:
-            workers = [*self.session_workers, *([self.tool_worker] if self.tool_worker else [])]
-        for worker in workers:
-            code = worker.proc.poll()
-            if code is None or worker.name in self.killed:
-                continue
-            self.killed.add(worker.name)
-            lines = worker.text().splitlines()
-            why = next((ln for ln in lines if "CRITICAL" in ln), lines[-1] if lines else "")
-            self.tally.unexpected_exits.append(f"{worker.name} exited {code}: {why[:300]}")
-            say(f"WARNING: {worker.name} exited by itself with code {code}; replacing it")
-            if worker is self.tool_worker:
-                self.start_tool_worker()
-            else:
-                self._retire(worker)
-                self.start_session_worker()
-
-    def run_schedule(self) -> None:
-        """Fire the events at evenly spaced times over 10-85% of the window, in seeded order."""
-        events = self.plan.events
-        self.rng.shuffle(events)
-        actions = {
-            "sigkill session worker": self.sigkill_session_worker,
-            "sigstop session worker": self.sigstop_session_worker,
-            "sigkill tool worker": self.sigkill_tool_worker,
-            "redis restart": self.restart_redis,
-            "pg terminate backends": self.terminate_pg,
-        }
-        start = time.monotonic()
-        for i, kind in enumerate(events):
-            at = start + self.plan.window_s * (0.1 + 0.75 * i / max(1, len(events) - 1))
-            while time.monotonic() < at and not self.stop.is_set():
-                self.watchdog()
-                self.stop.wait(0.2)
-            if self.stop.is_set():
-                return
-            try:
-                actions[kind]()
-            except Exception as exc:  # a chaos step failed: say so, keep going
-                say(f"WARNING: chaos step {kind} failed: {exc!r}")
-                self.tally.timeline.append(f"{kind} FAILED: {exc!r}")
 
 
 # -- background work: sweeper, steering, dispatch ----------------------------------------
@@ -617,331 +258,7 @@ def dispatch_stream(
         submitted.append(session.session_id)
 
 
-# -- waiting --------------------------------------------------------------------------
-def unfinished(dsn: str) -> tuple[int, int]:
-    """``(sessions not done, inbox messages not acknowledged)``."""
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM sessions WHERE status <> 'done'),"
-            " (SELECT count(*) FROM session_inbox WHERE status <> 'acknowledged')"
-        ).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
-
-
-def describe_stuck(
-    ledger: SqlLedger, dsn: str, leases: RedisLeaseStore, redis_url: str, prefix: str
-) -> list[str]:
-    """Sessions not done or with unacknowledged input: their rows, outbox and broker traces.
-
-    The broker traces say where the session's ``run_session`` messages are now:
-    in a queue list, in kombu's ``unacked`` hash, or nowhere (lost).
-    """
-    lines = []
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        outbox = conn.execute(
-            "SELECT session_id, created_at, published_at, attempts FROM dispatch_outbox"
-        ).fetchall()
-    for session in ledger.sessions():
-        sid = session.session_id
-        open_msgs = [m for m in ledger.inbox(sid) if m.status is not InboxStatus.ACKNOWLEDGED]
-        if session.status is SessionStatus.DONE and not open_msgs:
-            continue
-        lines.append(
-            f"session {sid} status={session.status.value} epoch={session.lease_epoch} "
-            f"lease={leases.holder(sid)} updated={session.updated_at:%H:%M:%S.%f} "
-            f"inbox={[(m.message_id, m.status.value) for m in open_msgs]}"
-        )
-        for row in outbox:
-            if row[0] == sid:
-                lines.append(
-                    f"  outbox created={row[1]:%H:%M:%S.%f} published={row[2]} tries={row[3]}"
-                )
-        traces = broker_traces(redis_url, prefix, sid)
-        lines.append(f"  broker messages naming it: {', '.join(traces) or 'none (lost)'}")
-        for run in ledger.runs_of(sid):
-            events = ledger.events(run.run_id)
-            lines.append(f"  run {run.run_id} terminal={run.terminal_state} events={len(events)}")
-            for e in events[-5:]:
-                lines.append(f"    #{e.sequence} {e.type.value} epoch={e.epoch} {_brief(e)}")
-    return lines
-
-
-def broker_traces(redis_url: str, prefix: str, session_id: str) -> list[str]:
-    """Lists and hashes of the broker database that hold a message naming ``session_id``."""
-    found = []
-    client = redis.Redis.from_url(f"{redis_url}/{BROKER_DB}", socket_timeout=5)
-    try:
-        for key in client.scan_iter(match=f"{prefix}*", count=1000):
-            kind = client.type(key)
-            values: list[Any] = []
-            if kind == b"list":
-                values = client.lrange(key, 0, -1)
-            elif kind == b"hash":
-                values = client.hvals(key)
-            n = sum(1 for v in values if session_id.encode() in v)
-            if n:
-                found.append(f"{key.decode()}: {n}")
-        bindings = client.smembers(f"{prefix}_kombu.binding.sessions")
-        found.append(f"(binding of the sessions exchange present: {bool(bindings)})")
-    finally:
-        client.close()
-    return found
-
-
-def _brief(event: Event) -> str:
-    p = event.payload
-    keys = ("name", "status", "state", "reason", "kind", "text", "message_id")
-    return " ".join(f"{k}={str(p[k])[:40]!r}" for k in keys if p.get(k) is not None)
-
-
-# -- the checks -------------------------------------------------------------------------
-@dataclass
-class Findings:
-    """Violations per check (empty = passed) and the counts the summary prints."""
-
-    violations: dict[str, list[str]] = field(default_factory=dict)
-    counts: dict[str, Any] = field(default_factory=dict)
-
-    def check(self, name: str) -> list[str]:
-        """The violation list of check ``name`` (created empty)."""
-        return self.violations.setdefault(name, [])
-
-
-@dataclass
-class LedgerDump:
-    """Every session, run, event, receipt and inbox row, read once after the run."""
-
-    sessions: list[Any]
-    runs: dict[str, list[Any]]
-    events: dict[str, list[Event]]
-    receipts: dict[str, list[Any]]
-    inbox: dict[str, list[Any]]
-
-    @classmethod
-    def read(cls, ledger: Ledger[Any]) -> LedgerDump:
-        """Read the whole ledger through its read API (any adapter)."""
-        sessions = ledger.sessions()
-        runs = {s.session_id: ledger.runs_of(s.session_id) for s in sessions}
-        run_ids = [r.run_id for rs in runs.values() for r in rs]
-        return cls(
-            sessions=sessions,
-            runs=runs,
-            events={r: ledger.events(r) for r in run_ids},
-            receipts={r: ledger.receipts(r) for r in run_ids},
-            inbox={s.session_id: ledger.inbox(s.session_id) for s in sessions},
-        )
-
-
-def check_terminals(dump: LedgerDump, out: Findings) -> None:
-    """Check 1 -- every run ends in exactly one terminal state (DESIGN.md sections 2 and 6).
-
-    Proves that no crash, pause or outage left a run open or sealed it twice:
-    each run has exactly one ``terminal`` event, it is the run's last event, the
-    run row carries the same state, and every session is ``done``.
-    """
-    bad = out.check("1 one terminal event per run")
-    states: Counter[str] = Counter()
-    for session in dump.sessions:
-        if session.status is not SessionStatus.DONE:
-            bad.append(f"session {session.session_id} is {session.status.value}")
-        for run in dump.runs[session.session_id]:
-            events = dump.events[run.run_id]
-            terminals = [e for e in events if e.type is EventType.TERMINAL]
-            if len(terminals) != 1:
-                bad.append(f"run {run.run_id}: {len(terminals)} terminal events")
-                continue
-            if events[-1] is not terminals[0]:
-                bad.append(f"run {run.run_id}: terminal #{terminals[0].sequence} is not last")
-            state = terminals[0].payload.get("state")
-            if run.terminal_state is None or run.terminal_state.value != state:
-                bad.append(f"run {run.run_id}: row says {run.terminal_state}, event says {state}")
-            states[f"{state}/{terminals[0].payload.get('reason')}"] += 1
-    out.counts["sessions"] = len(dump.sessions)
-    out.counts["runs"] = sum(len(r) for r in dump.runs.values())
-    out.counts["terminal states"] = ", ".join(f"{k} {v}" for k, v in sorted(states.items()))
-
-
-def read_deliveries(path: Path) -> Counter[str]:
-    """Executions of DeliverOnce per idempotency key (one line per real execution)."""
-    lines = path.read_text("utf-8").splitlines() if path.exists() else []
-    return Counter(line.split("\t", 1)[0] for line in lines if line)
-
-
-def check_deliveries(dump: LedgerDump, executions: Counter[str], out: Findings) -> None:
-    """Check 2 -- the deliver side effect happened at most once, and only when committed.
-
-    DESIGN.md section 5 / issue 6 (a non-idempotent tool is never re-run by
-    recovery) and section 3 steps 3 and 5 (a call runs only after its
-    ``tool_call`` committed; an ``ok`` result is committed only after it ran):
-    per idempotency key at most one execution; exactly one for every call
-    whose committed result is ``ok`` (with the matching ``external_id`` on its
-    receipt); none for a key whose call was never committed.
-    """
-    bad = out.check("2 deliver executions per key")
-    results: dict[str, str] = {}  # committed call key -> committed result status ("none")
-    for run_id, events in dump.events.items():
-        receipts = {r.call_id: r for r in dump.receipts[run_id]}
-        for e in events:
-            if e.payload.get("name") != "DeliverOnce" or e.call_id is None:
-                continue
-            key = f"{run_id}:{e.call_id}"
-            if e.type is EventType.TOOL_CALL:
-                results.setdefault(key, "none")
-            elif e.type is EventType.TOOL_RESULT:
-                results[key] = str(e.payload.get("status"))
-                receipt = receipts.get(e.call_id)
-                want = "dlv-" + hashlib.sha256(key.encode()).hexdigest()[:16]
-                got = receipt.evidence.get("external_id") if receipt else None
-                if results[key] == ToolStatus.OK and got != want:
-                    bad.append(f"{key}: ok result, receipt external_id {got!r} != {want!r}")
-    for key, n in executions.items():
-        if n > 1:
-            bad.append(f"{key}: executed {n} times (duplicate side effect)")
-        if key not in results:
-            bad.append(f"{key}: executed but its tool_call was never committed")
-    for key, status in results.items():
-        if status == ToolStatus.OK and executions[key] != 1:
-            bad.append(f"{key}: committed ok but executed {executions[key]} times")
-    outcomes = Counter(f"{status}/{executions[key]}" for key, status in results.items())
-    out.counts["deliver calls committed"] = len(results)
-    out.counts["deliver executions"] = sum(executions.values())
-    out.counts["deliver results ok"] = sum(1 for s in results.values() if s == ToolStatus.OK)
-    out.counts["deliver duplicates"] = sum(1 for n in executions.values() if n > 1)
-    out.counts["deliver calls by committed result/executions"] = ", ".join(
-        f"{k} {v}" for k, v in sorted(outcomes.items())
-    )
-
-
-def check_steering(dump: LedgerDump, sent: dict[str, str], out: Findings) -> None:
-    """Check 3 -- steering is acknowledged exactly once (DESIGN.md section 8).
-
-    Every message id the harness posted (duplicates included) is one
-    ``session_inbox`` row, ``acknowledged``, and exactly one ``user_input``
-    event carries it across all runs of its session, in the run that claimed
-    it: zero lost, zero doubled.
-    """
-    bad = out.check("3 steering acknowledged once")
-    rows = {m.message_id: m for msgs in dump.inbox.values() for m in msgs}
-    seen: dict[str, list[str]] = {}
-    for session in dump.sessions:
-        for run in dump.runs[session.session_id]:
-            for e in dump.events[run.run_id]:
-                mid = e.payload.get("message_id") if e.type is EventType.USER_INPUT else None
-                if mid is not None:
-                    seen.setdefault(mid, []).append(run.run_id)
-    for mid, session_id in sent.items():
-        row = rows.get(mid)
-        if row is None:
-            bad.append(f"{mid}: no inbox row (lost)")
-            continue
-        if row.session_id != session_id:
-            bad.append(f"{mid}: stored for {row.session_id}, sent to {session_id}")
-        if row.status is not InboxStatus.ACKNOWLEDGED:
-            bad.append(f"{mid}: status {row.status.value}")
-        runs = seen.get(mid, [])
-        if len(runs) != 1:
-            bad.append(f"{mid}: {len(runs)} user_input events")
-        elif runs[0] != row.claimed_run_id:
-            bad.append(f"{mid}: seen in run {runs[0]}, claimed by {row.claimed_run_id}")
-    for mid in set(seen) - set(sent):
-        bad.append(f"{mid}: user_input for a message the harness never sent")
-    out.counts["steering acknowledged"] = sum(
-        1 for mid in sent if mid in rows and rows[mid].status is InboxStatus.ACKNOWLEDGED
-    )
-
-
-def check_epochs(dump: LedgerDump, out: Findings) -> None:
-    """Check 4 -- no row was written with a stale fencing epoch (DESIGN.md section 4).
-
-    A writer that lost its lease cannot write: within a run the epochs of
-    events never go down in sequence order (an old owner writing after the new
-    one would show as a drop), every receipt has the epoch of its
-    ``tool_result`` event (committed together by one owner), and no row's
-    epoch is above its session's ``lease_epoch``.
-    """
-    bad = out.check("4 zero stale-epoch rows")
-    epochs: Counter[int] = Counter()
-    for session in dump.sessions:
-        top = session.lease_epoch
-        for run in dump.runs[session.session_id]:
-            events = dump.events[run.run_id]
-            results = {e.call_id: e for e in events if e.type is EventType.TOOL_RESULT}
-            for before, after in itertools.pairwise(events):
-                if after.epoch < before.epoch:
-                    bad.append(
-                        f"run {run.run_id}: #{after.sequence} epoch {after.epoch} after "
-                        f"#{before.sequence} epoch {before.epoch}"
-                    )
-            for e in events:
-                epochs[e.epoch] += 1
-                if e.epoch > top:
-                    bad.append(f"run {run.run_id}: #{e.sequence} epoch {e.epoch} > {top}")
-            for r in dump.receipts[run.run_id]:
-                result = results.get(r.call_id)
-                if result is None:
-                    bad.append(f"run {run.run_id}: receipt {r.call_id} has no tool_result")
-                elif r.epoch != result.epoch:
-                    bad.append(
-                        f"run {run.run_id}: receipt {r.call_id} epoch {r.epoch}, "
-                        f"its result epoch {result.epoch}"
-                    )
-                if r.epoch > top:
-                    bad.append(f"run {run.run_id}: receipt {r.call_id} epoch {r.epoch} > {top}")
-    out.counts["max lease epoch"] = max((s.lease_epoch for s in dump.sessions), default=0)
-    out.counts["runs continued by a later owner (>1 epoch)"] = sum(
-        1 for events in dump.events.values() if len({e.epoch for e in events if e.epoch}) > 1
-    )
-
-
-def check_transcripts(dump: LedgerDump, out: Findings) -> None:
-    """Check 5 -- every run's transcript is a request both APIs accept (DESIGN.md section 3.1).
-
-    ``core.transcript.project`` over the run's committed events, converted
-    with ``openai_messages`` and ``anthropic_messages``, passes the pairing
-    validators: every call answered once, in order, whatever the crashes left.
-    """
-    bad = out.check("5 transcripts pass the pairing validators")
-    statuses: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    for events in dump.events.values():
-        for e in events:
-            if e.type is EventType.TOOL_RESULT:
-                status = str(e.payload.get("status"))
-                kind = status if status == "ok" else f"{e.payload.get('name')}/{status}"
-                statuses[kind] += 1
-                if status not in ("ok", "interrupted"):
-                    examples.setdefault(kind, str(e.payload.get("content", ""))[:90])
-    out.counts["tool results by status"] = ", ".join(
-        f"{k} {v}" for k, v in sorted(statuses.items())
-    )
-    for kind, text in sorted(examples.items()):
-        out.counts[f"  e.g. {kind}"] = text
-    for run_id, events in dump.events.items():
-        request = ProviderRequest(run_id=run_id, turn_index=0, messages=tuple(project(events)))
-        try:
-            validate_openai_messages(openai_messages(request))
-            validate_anthropic_messages(anthropic_messages(request))
-        except ValueError as exc:
-            bad.append(f"run {run_id}: {exc}")
-
-
 # -- reporting --------------------------------------------------------------------------
-def log_counts(workers: list[Worker]) -> dict[str, int]:
-    """Evidence in the worker logs that fencing and recovery were exercised."""
-    text = "".join(w.text() for w in workers)
-    return {
-        "worker log: lease_lost (owner stopped, fenced out)": text.count("lease_lost"),
-        "worker log: lease held (duplicate delivery exited)": text.count("lease held"),
-        "worker log: recovery (orphan calls settled)": text.count(": recovery {"),
-        "worker log: write refused by the ledger's epoch check": text.count("is stale (current"),
-        "worker log: commit retried through a ledger outage": text.count(
-            "commit: ledger unavailable"
-        ),
-        "worker log: cut-off commit found landed (not repeated)": text.count("had landed"),
-    }
-
-
 def summary(plan: Plan, tally: Tally, found: Findings, extra: dict[str, Any]) -> Table:
     """The compact table: each check's verdict, then the counts."""
     table = Table(title=f"chaos run: {plan.sessions} sessions, {plan.workers} session workers")

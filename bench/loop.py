@@ -137,7 +137,7 @@ class MinimalBaseline:
                 ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"])
                 for c in turn["tool_calls"]
             ]
-            rows = [
+            rows: list[tuple[str, int, str, str | None, str, datetime]] = [
                 (
                     rid,
                     seq + 1,

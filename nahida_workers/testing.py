@@ -88,7 +88,7 @@ class ListTaskQueue:
         self.published.append((session_id, task_id))
 
 
-def scripted_spec(turns: list[Mapping[str, Any]], **overrides: Any) -> SessionSpec:
+def scripted_spec(turns: Sequence[Mapping[str, Any]], **overrides: Any) -> SessionSpec:
     """A session spec whose provider is the given scripted turns."""
     data: dict[str, Any] = {
         "prompt": "test prompt",

@@ -23,8 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench.chaos import (
-    DELIVER,
+from bench.chaos_checks import (
     Findings,
     LedgerDump,
     check_deliveries,
@@ -34,6 +33,7 @@ from bench.chaos import (
     check_transcripts,
     read_deliveries,
 )
+from bench.chaos_rig import DELIVER
 from nahida_workers.core.events import EventType, EvidenceKind
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.fleet_harness import make_repo

@@ -1,0 +1,236 @@
+"""The faults of a chaos run: kill, stop, restart and cut off the fleet's processes.
+
+Each fault is noted on the :class:`~bench.chaos_rig.Tally` timeline; workers
+that exit on their own are replaced the way a supervisor would.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import psycopg
+import redis
+
+from bench.chaos_rig import STOP_FOR_S, Plan, RedisServer, Tally, retry, say
+from bench.common import ADMIN_DSN
+from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker
+
+
+class Chaos:
+    """The fleet under test and the chaos schedule that runs against it."""
+
+    def __init__(
+        self, plan: Plan, fleet: Fleet, server: RedisServer, db_name: str, tally: Tally
+    ) -> None:
+        self.plan = plan
+        self.fleet = fleet
+        self.server = server
+        self.db_name = db_name
+        self.tally = tally
+        self.rng = random.Random(plan.seed)
+        self.session_workers: list[Worker] = []
+        self.tool_worker: Worker | None = None
+        self.killed: set[str] = set()  # names of workers the harness killed on purpose
+        self.starting: list[Future[Worker]] = []
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="start-worker")
+        self.stop = threading.Event()
+        self._serial = 0
+        self._lock = threading.Lock()
+        self._watch_lock = threading.Lock()
+
+    # -- workers ----------------------------------------------------------------
+    def _name(self, role: str) -> str:
+        with self._lock:
+            self._serial += 1
+            return f"{role}{self._serial}"
+
+    def start_session_worker(self) -> Future[Worker]:
+        """Start a session worker in the background; it joins the pool when ready."""
+
+        def start() -> Worker:
+            worker = self.fleet.start_worker(
+                queues="sessions", concurrency=self.plan.concurrency, name=self._name("sessions")
+            )
+            with self._lock:
+                self.session_workers.append(worker)
+            return worker
+
+        future = self.pool.submit(start)
+        self.starting.append(future)
+        return future
+
+    def start_tool_worker(self) -> Future[Worker]:
+        """Start the tool worker in the background."""
+
+        def start() -> Worker:
+            worker = self.fleet.start_worker(
+                queues="tools", concurrency=8, name=self._name("tools")
+            )
+            self.tool_worker = worker
+            return worker
+
+        future = self.pool.submit(start)
+        self.starting.append(future)
+        return future
+
+    def wait_started(self) -> None:
+        """Wait for every worker start submitted so far; a failed start is a harness error."""
+        for future in list(self.starting):
+            try:
+                future.result()
+            except Exception as exc:
+                self.starting.remove(future)
+                self.tally.harness_errors.append(f"worker start failed: {exc!r}"[:500])
+
+    def _owners(self) -> Counter[int]:
+        """Leases held per worker pid (the owner token is ``host:pid:uuid``)."""
+        client = redis.Redis.from_url(f"{self.server.url}/{LEASE_DB}", socket_timeout=2)
+        try:
+            pids: Counter[int] = Counter()
+            for key in client.scan_iter(match=f"{self.fleet.prefix}lease:session:*", count=500):
+                value = client.get(key)
+                if isinstance(value, bytes):
+                    pids[int(value.decode().split(":")[1])] += 1
+            return pids
+        finally:
+            client.close()
+
+    def _live(self, pick: Callable[[], list[Worker]], what: str) -> list[Worker]:
+        """Live workers from ``pick``; waits for a replacement still starting (up to 60 s)."""
+        deadline = time.monotonic() + 60
+        while True:
+            with self._lock:
+                alive = [w for w in pick() if w.proc.poll() is None and w.name not in self.killed]
+            if alive or time.monotonic() > deadline:
+                if not alive:
+                    raise RuntimeError(f"no live {what} to hit")
+                return alive
+            self.watchdog()
+            self.stop.wait(0.1)
+
+    def _victim(self) -> tuple[Worker, int]:
+        """A live session worker, preferring one that owns sessions; with how many it owns."""
+        alive = self._live(lambda: self.session_workers, "session worker")
+        try:
+            owners = self._owners()
+        except redis.RedisError:
+            owners = Counter()
+        busy = [w for w in alive if owners[w.proc.pid]]
+        worker = self.rng.choice(busy or alive)
+        return worker, owners[worker.proc.pid]
+
+    def _retire(self, worker: Worker) -> None:
+        with self._lock:
+            self.killed.add(worker.name)
+            if worker in self.session_workers:
+                self.session_workers.remove(worker)
+
+    # -- the events ---------------------------------------------------------------
+    def sigkill_session_worker(self) -> None:
+        """SIGKILL a session worker that owns sessions; start its replacement."""
+        worker, owned = self._victim()
+        self._retire(worker)
+        worker.kill(signal.SIGKILL)
+        worker.proc.wait(timeout=10)
+        self.tally.note("sigkill session worker", f"{worker.name} (owned {owned} sessions)")
+        self.start_session_worker()
+
+    def sigstop_session_worker(self) -> None:
+        """SIGSTOP a session worker for longer than the lease TTL, then SIGCONT it."""
+        worker, owned = self._victim()
+        worker.kill(signal.SIGSTOP)
+        self.tally.note(
+            "sigstop session worker", f"{worker.name} (owned {owned}) for {STOP_FOR_S:.1f}s"
+        )
+        try:
+            self.stop.wait(STOP_FOR_S)  # the pause itself, not a synchronisation
+        finally:
+            worker.kill(signal.SIGCONT)
+
+    def sigkill_tool_worker(self) -> None:
+        """SIGKILL the tool worker; start its replacement."""
+        (worker,) = self._live(
+            lambda: [self.tool_worker] if self.tool_worker else [], "tool worker"
+        )
+        self.killed.add(worker.name)
+        worker.kill(signal.SIGKILL)
+        worker.proc.wait(timeout=10)
+        self.tally.note("sigkill tool worker", worker.name)
+        self.start_tool_worker()
+
+    def restart_redis(self) -> None:
+        """Terminate the Redis server and start a new, empty one on the same port."""
+        self.server.restart()
+        self.tally.note(
+            "redis restart", f"port {self.server.port}, generation {self.server.generation}"
+        )
+
+    def terminate_pg(self) -> None:
+        """``pg_terminate_backend`` every other backend connected to the chaos database."""
+
+        def terminate() -> int:
+            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (self.db_name,),
+                ).fetchall()
+            return sum(1 for (ok,) in rows if ok)
+
+        count = retry(terminate, what="pg_terminate_backend")
+        self.tally.pg_backends_terminated += count
+        self.tally.note("pg terminate backends", f"{count} backends")
+
+    def watchdog(self) -> None:
+        """Replace a worker that exited without being killed (reported, not hidden)."""
+        with self._watch_lock:
+            self._watchdog()
+
+    def _watchdog(self) -> None:
+        with self._lock:
+            workers = [*self.session_workers, *([self.tool_worker] if self.tool_worker else [])]
+        for worker in workers:
+            code = worker.proc.poll()
+            if code is None or worker.name in self.killed:
+                continue
+            self.killed.add(worker.name)
+            lines = worker.text().splitlines()
+            why = next((ln for ln in lines if "CRITICAL" in ln), lines[-1] if lines else "")
+            self.tally.unexpected_exits.append(f"{worker.name} exited {code}: {why[:300]}")
+            say(f"WARNING: {worker.name} exited by itself with code {code}; replacing it")
+            if worker is self.tool_worker:
+                self.start_tool_worker()
+            else:
+                self._retire(worker)
+                self.start_session_worker()
+
+    def run_schedule(self) -> None:
+        """Fire the events at evenly spaced times over 10-85% of the window, in seeded order."""
+        events = self.plan.events
+        self.rng.shuffle(events)
+        actions = {
+            "sigkill session worker": self.sigkill_session_worker,
+            "sigstop session worker": self.sigstop_session_worker,
+            "sigkill tool worker": self.sigkill_tool_worker,
+            "redis restart": self.restart_redis,
+            "pg terminate backends": self.terminate_pg,
+        }
+        start = time.monotonic()
+        for i, kind in enumerate(events):
+            at = start + self.plan.window_s * (0.1 + 0.75 * i / max(1, len(events) - 1))
+            while time.monotonic() < at and not self.stop.is_set():
+                self.watchdog()
+                self.stop.wait(0.2)
+            if self.stop.is_set():
+                return
+            try:
+                actions[kind]()
+            except Exception as exc:  # a chaos step failed: say so, keep going
+                say(f"WARNING: chaos step {kind} failed: {exc!r}")
+                self.tally.timeline.append(f"{kind} FAILED: {exc!r}")
