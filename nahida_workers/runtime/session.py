@@ -1,7 +1,8 @@
 """Running one session: lease → epoch → recover → loop → terminal → release.
 
-DESIGN.md sections 3 and 4.  This module drives the pure loop
-(:mod:`nahida_workers.core.loop`) over the ports and owns the commit points:
+DESIGN.md sections 3 and 4.  A delivery takes the lease and bumps the
+epoch here; its owner drives the pure loop (:mod:`nahida_workers.core.loop`)
+over the ports through the commit points:
 
 1. step 3 -- ``assistant_output`` and every ``tool_call`` of a provider turn in
    one transaction; if it fails, no tool starts;
@@ -10,7 +11,8 @@ DESIGN.md sections 3 and 4.  This module drives the pure loop
    fails the run stops ``failed/tool_persistence_failed``;
 3. the terminal event, the run row and the session status in one transaction.
 
-Every transaction is fenced with the epoch bumped when the lease was taken.
+The owner's part lives in :mod:`~nahida_workers.runtime.owner`, its commit
+points in :mod:`~nahida_workers.runtime.commits`.
 """
 
 from __future__ import annotations
@@ -18,86 +20,29 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from enum import StrEnum
-from pathlib import Path
-from typing import Any, assert_never
-
-from pydantic import ValidationError
+from typing import Any
 
 from nahida_workers.core.events import (
-    Event,
-    EventType,
-    ExecutionReceipt,
-    FailureCode,
-    ReasonCode,
     SessionStatus,
-    TerminalState,
 )
-from nahida_workers.core.inbox import inbox_events
-from nahida_workers.core.loop import (
-    CallProvider,
-    ClaimInbox,
-    Done,
-    Finish,
-    LoopConfig,
-    Persist,
-    RunBatch,
-    RunHooks,
-    Signals,
-    decide,
-    final_text_for,
-    result_events,
-    terminal_event,
-    turn_events,
-)
-from nahida_workers.core.messages import ToolCall
-from nahida_workers.core.records import InboxStatus, RunRecord, SessionRecord
-from nahida_workers.core.recovery import recovery_events
-from nahida_workers.core.state import RunState
 from nahida_workers.errors import (
-    ConfigError,
     LeaseLostError,
-    LedgerError,
-    LedgerIntegrityError,
-    ProviderError,
-    ProviderProtocolError,
-    RunError,
     StaleEpochError,
 )
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
-from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.channel import EventSink, NullSink
 from nahida_workers.runtime.executor import ToolExecutor
-from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
-from nahida_workers.runtime.observe import Observer
-from nahida_workers.runtime.outage import commit_through_outage
-from nahida_workers.runtime.prestart import PreStart
-from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
+from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
+from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 
 __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 
 log = logging.getLogger(__name__)
-
-#: Seconds between two reads of the cancel flag while tools are outstanding.
-CANCEL_POLL_S = 1.0
-
-
-class SessionOutcome(StrEnum):
-    """What one ``run_session`` delivery did."""
-
-    FINISHED = "finished"  # this delivery committed the terminal state
-    LEASE_HELD = "lease_held"  # another live owner holds the lease: no-op
-    ALREADY_DONE = "already_done"  # nothing left to run: no-op
-    NOT_FOUND = "not_found"  # unknown session id: no-op
-    LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
 
 
 def owner_token() -> str:
@@ -149,7 +94,7 @@ class SessionRunner:
                 if session is None or session.status is SessionStatus.DONE:
                     return False
                 epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
-                _Owned(self, session, Fence(session_id, epoch), heartbeat).abandon()
+                SessionOwner(self, session, Fence(session_id, epoch), heartbeat).abandon()
                 return True
         finally:
             self.leases.release(session_id, owner)
@@ -176,7 +121,7 @@ class SessionRunner:
         try:
             with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
                 epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
-                owned = _Owned(self, session, Fence(session_id, epoch), heartbeat)
+                owned = SessionOwner(self, session, Fence(session_id, epoch), heartbeat)
                 return owned.run()
         except (LeaseLostError, StaleEpochError) as exc:
             log.warning("session %s: lease_lost (%s); stopping without writing", session_id, exc)
@@ -184,438 +129,3 @@ class SessionRunner:
         finally:
             if not self.leases.release(session_id, owner):
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
-
-
-def _spec_of(session: SessionRecord) -> SessionSpec:
-    try:
-        return SessionSpec.model_validate(session.config)
-    except ValidationError as exc:
-        raise ConfigError(f"session config snapshot is invalid: {exc}") from None
-
-
-class _Owned:
-    """The part of a delivery that runs while this process owns the lease."""
-
-    def __init__(
-        self, runner: SessionRunner, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
-    ) -> None:
-        self.r = runner
-        self.session = session
-        self.fence = fence
-        self.heartbeat = heartbeat
-        self._prestarted: PreStart | None = None
-        self.observer: Observer | None = None
-        self._cancel_checked_at = 0.0
-        self._cancel_seen = session.cancel_requested_at is not None
-        self._inbox_pending = 0
-        self.spec: SessionSpec  # set by _run_one, from the session's config snapshot
-
-    # -- commits -----------------------------------------------------------------
-    def commit(
-        self,
-        state: RunState,
-        events: Sequence[Event],
-        receipts: Sequence[ExecutionReceipt] = (),
-        *,
-        claims: Sequence[str] = (),
-    ) -> None:
-        """One fenced transaction; the state learns the events only after commit.
-
-        ``claims``: inbox message ids the events commit as user input.  A
-        ledger outage is ridden out for ``ledger_outage_s`` (an attempt cut off
-        after it landed is not repeated: ``runtime/outage.py``).
-
-        Raises:
-            LeaseLostError / StaleEpochError: this owner lost the session.
-            LedgerIntegrityError: the ledger refused the write.
-            LedgerUnavailableError: the outage outlasted ``ledger_outage_s``.
-        """
-        self.heartbeat.check()
-
-        def write() -> Any:
-            with self.r.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
-                self.r.ledger.append(tx, events, receipts)
-                self.r.ledger.claim_inbox(tx, state.run_id, claims, at=self.r.clock.now())
-            return tx
-
-        tx = commit_through_outage(
-            write,
-            landed=lambda: bool(events) and self._landed(state.run_id, events[0]),
-            within_s=self.r.ledger_outage_s,
-            before_retry=self.heartbeat.check,
-        )
-        if tx is not None:
-            # Both are read under the fence's row lock, so they are free and fresh.
-            self._cancel_seen = tx.cancel_requested
-            self._inbox_pending = tx.pending_inbox
-        else:
-            self._inbox_pending = max(self._inbox_pending, 1)  # unknown: look at the boundary
-        if self.observer is not None:
-            self.observer.committed(events)
-        for event in events:
-            state.apply(event)
-        for receipt in receipts:
-            state.apply_receipt(receipt)
-
-    def _landed(self, run_id: str, first: Event) -> bool:
-        """Whether a commit beginning with ``first`` is in the ledger, written by us.
-
-        A commit point is one transaction, so its first event stands for all
-        of it; the epoch tells our write from anyone else's.
-        """
-        return any(
-            e.sequence == first.sequence
-            and e.type is first.type
-            and e.call_id == first.call_id
-            and e.epoch == self.fence.epoch
-            for e in self.r.ledger.events(run_id)
-        )
-
-    def seal(self, state: RunState, run: RunRecord, finish: Finish) -> None:
-        """Terminal event + run row + inbox acknowledgement + session status, one transaction."""
-        now = self.r.clock.now()
-        event = terminal_event(state, finish, now=now)
-
-        def write() -> None:
-            with self.r.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
-                self.r.ledger.seal_run(
-                    tx,
-                    event,
-                    state=finish.state,
-                    reason=finish.reason,
-                    failure_code=finish.failure_code,
-                    ended_at=now,
-                )
-
-        commit_through_outage(
-            write,
-            landed=lambda: self._landed(run.run_id, event),
-            within_s=self.r.ledger_outage_s,
-            before_retry=self.heartbeat.check,
-        )
-        state.apply(event)
-        log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
-        if self.observer is not None:
-            self.observer.sealed(state, finish)
-
-    # -- the delivery ------------------------------------------------------------
-    def run(self) -> SessionOutcome:
-        """Run the open run; then, while the inbox holds input, the next runs."""
-        outcome = SessionOutcome.ALREADY_DONE
-        while True:
-            run = None
-            if outcome is SessionOutcome.ALREADY_DONE:  # after a seal no run is open
-                runs = self.r.ledger.runs_of(self.session.session_id)
-                run = next((r for r in reversed(runs) if r.terminal_state is None), None)
-            if run is None:
-                run = self._next_run()
-            if run is None:
-                if outcome is SessionOutcome.ALREADY_DONE:
-                    with self.r.ledger.transaction(fence=self.fence) as tx:
-                        self.r.ledger.set_session_status(
-                            tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
-                        )
-                return outcome
-            self._run_one(run)
-            outcome = SessionOutcome.FINISHED
-
-    def abandon(self) -> None:
-        """Seal the open run ``failed/abandoned`` after closing its orphan calls."""
-        runs = self.r.ledger.runs_of(self.session.session_id)
-        run = next((r for r in reversed(runs) if r.terminal_state is None), None)
-        if run is None:
-            with self.r.ledger.transaction(fence=self.fence) as tx:
-                self.r.ledger.set_session_status(
-                    tx, self.session.session_id, SessionStatus.DONE, at=self.r.clock.now()
-                )
-            return
-        events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
-        state = RunState.from_ledger(run.run_id, events, receipts)
-        recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
-        if recovered:
-            self.commit(state, recovered)
-        failed, reason = TerminalState.FAILED, ReasonCode.ABANDONED
-        log.warning("run %s: no progress with no owner; sealing it failed/abandoned", run.run_id)
-        self.seal(
-            state,
-            run,
-            Finish(failed, reason, final_text_for(failed, reason), FailureCode.ABANDONED),
-        )
-
-    def _next_run(self) -> RunRecord | None:
-        """Input that arrived after the last run sealed starts the next run."""
-        pending = self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
-        if not pending:
-            return None
-        spec = SessionSpec.model_validate(self.session.config)
-        now = self.r.clock.now()
-        runs = self.r.ledger.runs_of(self.session.session_id)
-        if runs and runs[-1].started_at >= now:  # runs are ordered by start: keep them so
-            now = runs[-1].started_at + timedelta(microseconds=1)
-        run = RunRecord(
-            run_id=uuid.uuid4().hex,
-            session_id=self.session.session_id,
-            provider=str(spec.provider.get("name") or spec.provider.get("kind", "scripted")),
-            model=str(spec.provider.get("model") or "unknown"),
-            completion_contract=spec.contract,
-            trace_id=uuid.uuid4().hex,
-            started_at=now,
-        )
-        events = inbox_events(RunState(run_id=run.run_id), pending, now=now)
-        with self.r.ledger.transaction(fence=self.fence) as tx:
-            self.r.ledger.create_run(tx, run)
-            self.r.ledger.append(tx, events)
-            self.r.ledger.claim_inbox(tx, run.run_id, [m.message_id for m in pending], at=now)
-            self.r.ledger.set_session_status(
-                tx, self.session.session_id, SessionStatus.RUNNING, at=now
-            )
-        log.info(
-            "session %s: run %s started from %d inbox message(s)",
-            self.session.session_id,
-            run.run_id,
-            len(pending),
-        )
-        return run
-
-    def _run_one(self, run: RunRecord) -> None:
-        events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
-        state = RunState.from_ledger(run.run_id, events, receipts)
-        self._inbox_pending = sum(
-            1
-            for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
-            if m.next_turn
-        )
-        try:
-            self.spec = _spec_of(self.session)
-            registry = self.r.registry_for(self.spec)
-            self._recover(state, run, registry)
-            self.drive(state, run, registry)
-        except (LeaseLostError, StaleEpochError):
-            raise
-        except RunError as exc:
-            if exc.retryable:
-                raise  # the task retries; the next owner continues from the ledger
-            reason = (
-                ReasonCode.LEDGER_WRITE_FAILED
-                if isinstance(exc, LedgerError)
-                else ReasonCode.INTERNAL_ERROR
-            )
-            self._seal_after(state, run, exc, reason, exc.failure_code)
-        except ConfigError as exc:
-            self._seal_after(state, run, exc, ReasonCode.INVALID_CONFIG, FailureCode.INVALID_CONFIG)
-        except Exception as exc:
-            log.exception("run %s: unexpected error; sealing it failed", run.run_id)
-            self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
-
-    def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
-        """Settle what the previous owner left open (core/recovery.py), once, in order."""
-
-        def rerunnable(call: ToolCall) -> bool:
-            tool = registry.get(call.name)
-            return tool is not None and tool.spec.idempotent and call.arguments_error is None
-
-        recovered = recovery_events(
-            state, now=self.r.clock.now(), epoch=self.fence.epoch, rerunnable=rerunnable
-        )
-        if recovered:
-            log.warning("run %s: recovery %s", run.run_id, recovered[0].payload)
-            self.commit(state, recovered)
-
-    def _seal_after(
-        self,
-        state: RunState,
-        run: RunRecord,
-        exc: BaseException,
-        reason: ReasonCode,
-        code: FailureCode,
-    ) -> None:
-        """Every run ends in a terminal state: a non-retryable failure seals it ``failed``."""
-        if state.terminal is not None:
-            raise exc
-        log.error("run %s: %s: %s", run.run_id, reason.value, exc)
-        failed = TerminalState.FAILED
-        self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
-
-    def drive(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
-        self.observer = Observer(
-            self.r.sink,
-            self.spec.channel,
-            session_id=self.session.session_id,
-            run_id=run.run_id,
-            trace_id=run.trace_id,
-            contract=self.spec.contract,
-        )
-        provider = self.r.provider_for(self.spec)
-        config = LoopConfig(
-            system_prompt=self.spec.system_prompt,
-            tools=registry.schemas(),
-            tool_choice=self.spec.tool_choice,
-            may_fan_out=lambda name: registry.placement_of(name) is not None,
-            contract=self.spec.contract,
-            max_steps=self.spec.limits.max_steps,
-            wall_clock_budget_s=self.spec.limits.wall_clock_budget_s,
-            max_output_tokens=self.spec.limits.max_output_tokens,
-            context_budget_tokens=self.spec.limits.context_budget_tokens,
-            policy=policy_limits(self.spec.limits),
-            bounds=bound_limits(self.spec.limits),
-            stop_hooks=bool(self.spec.stop_hooks),
-        )
-        job = CallJob(
-            run_id=run.run_id,
-            workspace=Path(self.session.workspace).resolve(),
-            epoch=self.fence.epoch,
-            max_output_bytes=self.spec.limits.tool_output_max_bytes,
-            session_id=self.session.session_id,
-            tools=tuple(self.spec.tools),
-            bash_timeout_s=self.spec.limits.bash_timeout_s,
-            should_abort=self._should_abort,
-        )
-        while True:
-            self.heartbeat.check()
-            now = self.r.clock.now()
-            signals = Signals(
-                now=now,
-                cancel_requested=self._cancel_seen,
-                pending_steering=self._inbox_pending,
-                elapsed_s=(now - run.started_at).total_seconds(),
-            )
-            match decide(state, config, signals):
-                case Done():
-                    return
-                case Finish() as finish:
-                    self.seal(state, run, finish)
-                    return
-                case Persist(events=events):
-                    self.commit(state, events)
-                case CallProvider(request=request):
-                    prestart = self._prestart(job, registry)
-                    try:
-                        turn = provider.complete(
-                            request, on_tool_call=prestart.offer if prestart else None
-                        )
-                        self.commit(state, turn_events(state, turn, now=self.r.clock.now()))
-                    except ProviderError as exc:
-                        if prestart:
-                            prestart.abort()
-                        if isinstance(exc, ProviderProtocolError):
-                            self.observer.protocol_error()
-                        self.seal(state, run, _provider_failure(exc))
-                        return
-                    except BaseException:
-                        if prestart:
-                            prestart.abort()  # the turn is not committed: nothing it started counts
-                        raise
-                    self._prestarted = prestart
-                case RunBatch(batch=batch):
-                    started = self._prestarted.take(batch) if self._prestarted else None
-                    self._prestarted = None
-                    if not batch.parallel:
-                        # A side effect is about to start: the lease must still be ours
-                        # now, not just at the last heartbeat (a paused owner, section 4).
-                        self.heartbeat.confirm()
-                    self.observer.tools_started(batch.calls)
-                    executions = self.r.executor.run_batch(batch, job, registry, started=started)
-                    events = result_events(
-                        state, [e.result for e in executions], now=self.r.clock.now()
-                    )
-                    try:
-                        self.commit(state, events, [e.receipt for e in executions])
-                    except (LeaseLostError, StaleEpochError):
-                        raise
-                    except (LedgerError, LedgerIntegrityError) as exc:
-                        log.error("run %s: tool results not persisted: %s", run.run_id, exc)
-                        self.seal(
-                            state,
-                            run,
-                            Finish(
-                                TerminalState.FAILED,
-                                ReasonCode.TOOL_PERSISTENCE_FAILED,
-                                final_text_for(
-                                    TerminalState.FAILED, ReasonCode.TOOL_PERSISTENCE_FAILED
-                                ),
-                                FailureCode.TOOL_PERSISTENCE_FAILED,
-                            ),
-                        )
-                        return
-                case RunHooks(candidate_seq=candidate, answer=answer):
-                    self.commit(state, [self._stop_hook_event(state, run, candidate, answer)])
-                case ClaimInbox():
-                    waiting = [
-                        m
-                        for m in self.r.ledger.inbox(
-                            self.session.session_id, statuses=[InboxStatus.PENDING]
-                        )
-                        if m.next_turn
-                    ]
-                    if not waiting:
-                        self._inbox_pending = 0  # the count was stale
-                        continue
-                    self.commit(
-                        state,
-                        inbox_events(state, waiting, now=self.r.clock.now()),
-                        claims=[m.message_id for m in waiting],
-                    )
-                case unreachable:
-                    assert_never(unreachable)
-
-    def _stop_hook_event(
-        self, state: RunState, run: RunRecord, candidate: int, answer: str
-    ) -> Event:
-        """Run the stop hooks on a candidate answer; their verdict as a control event."""
-        verdict = run_stop_hooks(
-            self.spec.stop_hooks,
-            StopHookContext(
-                session_id=self.session.session_id,
-                run_id=run.run_id,
-                answer=answer,
-                workspace=Path(self.session.workspace),
-            ),
-            timeout_s=self.spec.limits.stop_hook_timeout_s,
-        )
-        return Event(
-            run_id=run.run_id,
-            sequence=state.next_sequence,
-            type=EventType.CONTROL,
-            payload={
-                "kind": "stop_hook",
-                "candidate": candidate,
-                "verdict": verdict.verdict,
-                "message": verdict.message,
-                "hook": verdict.hook,
-            },
-            created_at=self.r.clock.now(),
-        )
-
-    def _prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart | None:
-        """A pre-start for the next provider turn, when the executor can fan out."""
-        if isinstance(self.r.executor, FanOutExecutor) and self.r.prestart:
-            return PreStart(self.r.executor, job, registry)
-        return None
-
-    def _cancel_requested(self) -> bool:
-        session = self.r.ledger.get_session(self.session.session_id)
-        return session is not None and session.cancel_requested_at is not None
-
-    def _should_abort(self) -> bool:
-        """Polled while a batch is outstanding: lease lost, or cancel requested.
-
-        The cancel flag is a ledger read; it is taken at most every
-        ``CANCEL_POLL_S`` seconds so a long batch costs a handful of queries.
-        """
-        if self.heartbeat.lost:
-            return True
-        now = time.monotonic()
-        if now - self._cancel_checked_at >= CANCEL_POLL_S:
-            self._cancel_checked_at = now
-            self._cancel_seen = self._cancel_requested()
-        return self._cancel_seen
-
-
-def _provider_failure(exc: ProviderError) -> Finish:
-    reason = (
-        ReasonCode.PROVIDER_PROTOCOL_INVALID
-        if isinstance(exc, ProviderProtocolError)
-        else ReasonCode.PROVIDER_ERROR
-    )
-    state = TerminalState.FAILED
-    return Finish(state, reason, final_text_for(state, reason), exc.failure_code)
