@@ -302,7 +302,7 @@ class MemoryLedger:
         failure_code: FailureCode | None,
         ended_at: datetime,
     ) -> None:
-        """Terminal event + run row + inbox acknowledgement + session ``done``."""
+        """Terminal event + run row + inbox acknowledgement + session ``done``, cancel consumed."""
         self.append_events(tx, [event])
         self.finish_run(
             tx,
@@ -314,7 +314,13 @@ class MemoryLedger:
         )
         self.acknowledge_inbox(tx, event.run_id, at=ended_at)
         session_id = self._runs[event.run_id].session_id
-        self.set_session_status(tx, session_id, SessionStatus.DONE, at=ended_at)
+        self._update_session(
+            tx,
+            session_id,
+            status=SessionStatus.DONE,
+            cancel_requested_at=None,
+            updated_at=ended_at,
+        )
 
     def set_session_status(
         self, tx: MemoryTx, session_id: str, status: SessionStatus, *, at: datetime

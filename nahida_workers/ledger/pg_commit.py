@@ -295,7 +295,8 @@ acknowledged AS (
     RETURNING 1
 ),
 done AS (
-    UPDATE sessions SET status = 'done', updated_at = CAST(:ended_at AS timestamptz)
+    UPDATE sessions SET status = 'done', cancel_requested_at = NULL,
+                        updated_at = CAST(:ended_at AS timestamptz)
     WHERE session_id = :session_id AND EXISTS (SELECT 1 FROM sealed)
     RETURNING 1
 )
@@ -323,6 +324,8 @@ def seal_pg(
     events: Sequence[dict[str, Any]],
 ) -> Sealed | None:
     """Seal a run in ONE statement: terminal state, events, inbox ack, session ``done``.
+
+    The seal also consumes the session's cancel request (it was for this run).
 
     ``run`` holds ``run_id``, ``state``, ``reason``, ``failure_code`` and
     ``ended_at`` (a datetime).  Everything is written iff the locked session

@@ -28,6 +28,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    update,
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -402,7 +403,8 @@ class SqlLedger(Reads, RecordWrites, InboxOps):
         """The run's terminal commit point (DESIGN.md section 3 step 6, section 8).
 
         The terminal ``event``, the run row's terminal state, the acknowledgement
-        of every inbox message the run claimed, and ``sessions.status = done``.
+        of every inbox message the run claimed, and ``sessions.status = done``
+        with the cancel request consumed (a cancel is for the open run).
         On the PostgreSQL fast path (a deferred transaction with nothing else
         buffered) this is ONE autocommit statement (:func:`seal_pg`);
         otherwise the four writes run in the transaction.
@@ -431,7 +433,11 @@ class SqlLedger(Reads, RecordWrites, InboxOps):
             tx, run_id, state=state, reason=reason, failure_code=failure_code, ended_at=ended_at
         )
         self.acknowledge_inbox(tx, run_id, at=ended_at)
-        self.set_session_status(tx, fence.session_id, SessionStatus.DONE, at=ended_at)
+        tx.conn.execute(
+            update(t.sessions)
+            .where(t.sessions.c.session_id == fence.session_id)
+            .values(status=SessionStatus.DONE.value, cancel_requested_at=None, updated_at=ended_at)
+        )
 
     def _seal_in_one_statement(
         self, tx: SqlTx, fence: Fence, event: Event, terminal: dict[str, Any]

@@ -299,6 +299,8 @@ class SessionOwner(CommitPoints):
                 case Done():
                     return
                 case Finish() as finish:
+                    if finish.state is TerminalState.CANCELLED:
+                        self._fold_steering_into_cancelled(state)
                     self.seal(state, run, finish)
                     return
                 case Persist(events=events):
@@ -373,6 +375,31 @@ class SessionOwner(CommitPoints):
                     )
                 case unreachable:
                     assert_never(unreachable)
+
+    def _fold_steering_into_cancelled(self, state: RunState) -> None:
+        """Record steering sent before the cancel in the run it addressed.
+
+        A next-turn message enqueued before the cancel request was meant for
+        the work being cancelled: it is claimed by this run (one
+        ``user_input``, acknowledged by the seal) instead of starting a new
+        run.  Input enqueued after the request, or ``--after-run``, still
+        starts the next run.
+        """
+        session = self.r.ledger.get_session(self.session.session_id)
+        cancelled_at = session.cancel_requested_at if session is not None else None
+        if cancelled_at is None:
+            return
+        earlier = [
+            m
+            for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
+            if m.next_turn and m.created_at <= cancelled_at
+        ]
+        if earlier:
+            self.commit(
+                state,
+                inbox_events(state, earlier, now=self.r.clock.now()),
+                claims=[m.message_id for m in earlier],
+            )
 
     def _stop_hook_event(
         self, state: RunState, run: RunRecord, candidate: int, answer: str

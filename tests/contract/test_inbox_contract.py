@@ -136,7 +136,7 @@ def seal(w: World, sequence: int, *, fence: Any = None) -> None:
         )
 
 
-def test_seal_writes_the_four_facts_together(ledger: Any) -> None:
+def test_seal_writes_its_facts_together(ledger: Any) -> None:
     w = make_world(ledger)
     post(w, message("m1"))
     post(w, message("m2"))
@@ -145,6 +145,9 @@ def test_seal_writes_the_four_facts_together(ledger: Any) -> None:
         ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
     w.append(tool_call(w.run_id, 3, "c1"))  # the owner's facts are carried from here
     w.append(tool_result(w.run_id, 4, "c1"))
+    with ledger.transaction() as tx:  # `nahida cancel` from another process
+        ledger.request_cancel(tx, "s-1", at=T0)
+    assert ledger.get_session("s-1").cancel_requested_at is not None
     seal(w, 5)
     assert [e.type for e in ledger.events(w.run_id)][-1] is EventType.TERMINAL
     run = ledger.get_run(w.run_id)
@@ -156,6 +159,7 @@ def test_seal_writes_the_four_facts_together(ledger: Any) -> None:
     statuses = {m.message_id: m.status for m in ledger.inbox("s-1")}
     assert statuses == {"m1": InboxStatus.ACKNOWLEDGED, "m2": InboxStatus.PENDING}
     assert ledger.get_session("s-1").status is SessionStatus.DONE
+    assert ledger.get_session("s-1").cancel_requested_at is None  # consumed by the seal
 
 
 def test_seal_under_a_stale_fence_writes_nothing(ledger: Any) -> None:

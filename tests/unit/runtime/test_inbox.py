@@ -161,3 +161,68 @@ def test_cancel_stops_the_run_and_a_queued_session_is_redispatched(tmp_path: Pat
     assert (run.terminal_state.value, run.terminal_reason.value) == ("cancelled", "cancelled")  # type: ignore[union-attr]
     with pytest.raises(UserError, match="nothing to cancel"):
         inbox.cancel(sid)
+
+
+class CancelOnce(Tool):
+    """Asks to cancel its own session, the first time only (a person at `nahida cancel`)."""
+
+    inbox: ClassVar[Inbox | None] = None
+    session_id: ClassVar[str] = ""
+    done: ClassVar[bool] = False
+    spec = ToolSpec(name="CancelOnce", description="t", input_schema={"type": "object"})
+
+    def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        assert self.inbox is not None
+        if not CancelOnce.done:
+            CancelOnce.done = True
+            self.inbox.cancel(self.session_id)
+        return ToolOutcome(ToolStatus.OK, "asked")
+
+
+def test_cancel_takes_earlier_steering_with_it_and_the_session_lives_on(tmp_path: Path) -> None:
+    """Steer, then cancel, mid-run: one cancelled run that holds the steering message.
+
+    The message was addressed to the work that was cancelled: it is recorded in
+    the cancelled run (one ``user_input``, acknowledged), not replayed as a new
+    run that the same cancel would end at once.  The cancel is consumed by the
+    seal: input after it starts a run that completes.
+    """
+    turns = [
+        {
+            "text": "Working.",
+            "tool_calls": [
+                {"id": "s", "name": "Steer", "arguments": {"text": "also echo hi", "id": "s-1"}},
+                {"id": "c", "name": "CancelOnce", "arguments": {}},
+            ],
+        },
+        {"text": "Second answer."},
+    ]
+    registry = ToolRegistry([*default_tools(), Steer(), CancelOnce()])
+    runner = memory_runner(registry_for=lambda _spec: registry)
+    queue = ListTaskQueue()
+    dispatcher = Dispatcher(runner.ledger, queue, runner.clock)
+    inbox = Inbox(runner.ledger, runner.leases, dispatcher, runner.clock)
+    session, _ = dispatcher.submit(
+        scripted_spec(turns, tools=("Steer", "CancelOnce")), workspace="."
+    )
+    sid = session.session_id
+    Steer.inbox, Steer.session_id = inbox, sid
+    CancelOnce.inbox, CancelOnce.session_id, CancelOnce.done = inbox, sid, False
+
+    runner.run(sid)
+    (run,) = runner.ledger.runs_of(sid)
+    assert (run.terminal_state.value, run.terminal_reason.value) == ("cancelled", "cancelled")  # type: ignore[union-attr]
+    types = [e.type for e in runner.ledger.events(run.run_id)]
+    assert types[-2:] == [EventType.USER_INPUT, EventType.TERMINAL], types
+    assert _inputs(runner, sid)[-1] == ("inbox", "also echo hi")
+    (message,) = runner.ledger.inbox(sid)
+    assert (message.status, message.claimed_run_id) == (InboxStatus.ACKNOWLEDGED, run.run_id)
+    after = runner.ledger.get_session(sid)
+    assert after is not None and after.status.value == "done"
+    assert after.cancel_requested_at is None, "the seal consumes the cancel request"
+
+    inbox.post(sid, "now finish, please", message_id="f-1")
+    runner.run(sid)
+    first, second = runner.ledger.runs_of(sid)
+    assert first.run_id == run.run_id
+    assert second.terminal_state is not None and second.terminal_state.value == "completed"
