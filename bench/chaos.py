@@ -98,7 +98,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
-from tasks.maintenance import BROKER_RUN_ID_KEY
+from tasks.maintenance import run_id_changed
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -380,10 +380,8 @@ def run(
 
     def broker_reset() -> bool:
         # tasks.maintenance.broker_reset, on the chaos Redis.
-        run_id = str(info.info("server")["run_id"])
-        return ledger.swap_fleet_value(BROKER_RUN_ID_KEY, run_id, at=clock.now()) != run_id
+        return run_id_changed(ledger, str(info.info("server")["run_id"]), at=clock.now())
 
-    broker_reset()  # the first sweep must not see a "reset" of the Redis we just started
     sweeper = Sweeper(
         ledger, leases, dispatcher, clock, redispatch_after_s=REDISPATCH_AFTER_S,
         redispatch_queued_after_s=REDISPATCH_QUEUED_AFTER_S, broker_reset=broker_reset,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 import redis
 
+from nahida_workers.ports import Ledger
 from nahida_workers.runtime.sweeper import Sweeper
 from tasks.app import app, fleet
 from tasks.celeryconfig import SWEEP
 
-__all__ = ["broker_reset", "sweep"]
+__all__ = ["broker_reset", "run_id_changed", "sweep"]
 
 #: fleet_state key holding the broker's Redis run id.
 BROKER_RUN_ID_KEY = "broker_redis_run_id"
@@ -26,8 +30,18 @@ def broker_reset() -> bool:
     if not url.startswith(("redis://", "rediss://")):
         return False
     run_id = str(redis.Redis.from_url(url, socket_timeout=5).info("server")["run_id"])
-    previous = current.ledger.swap_fleet_value(BROKER_RUN_ID_KEY, run_id, at=current.clock.now())
-    return previous != run_id
+    return run_id_changed(current.ledger, run_id, at=current.clock.now())
+
+
+def run_id_changed(ledger: Ledger[Any], run_id: str, *, at: datetime) -> bool:
+    """Record the broker's ``run_id``; True if it replaced a different one.
+
+    The first id a fleet ever records is not a reset: there was no earlier
+    broker to lose messages (a queued session whose message is missing for
+    another reason is re-dispatched after ``redispatch_queued_after_s``).
+    """
+    previous = ledger.swap_fleet_value(BROKER_RUN_ID_KEY, run_id, at=at)
+    return previous is not None and previous != run_id
 
 
 @app.task(name=SWEEP, ignore_result=True)
