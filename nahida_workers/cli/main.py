@@ -181,6 +181,19 @@ def status(
     console.print(render.batch_table(batch_report(ledger, batch_id)))
 
 
+@runs_app.command("list")
+def runs_list(
+    session_id: Annotated[str, typer.Argument(help="The session id (`nahida status BATCH_ID`).")],
+    local: LocalOpt = False,
+    db: DbOpt = DEFAULT_DB,
+) -> None:
+    """List every run of a session, oldest first (a steering message can start another)."""
+    ledger = _ledger(_settings(local, db), migrate=False)
+    if ledger.get_session(session_id) is None:
+        raise NotFoundError(f"no session {session_id}")
+    console.print(render.runs_table(session_id, ledger.runs_of(session_id)))
+
+
 @runs_app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="The run id.")],

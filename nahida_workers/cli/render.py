@@ -13,7 +13,7 @@ from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import RunRecord
 from nahida_workers.ports import Ledger
 
-__all__ = ["batch_table", "batches_table", "print_run"]
+__all__ = ["batch_table", "batches_table", "print_run", "runs_table"]
 
 _STYLE = {
     "completed": "green",
@@ -25,14 +25,17 @@ _STYLE = {
 
 
 def batch_table(report: dict[str, Any]) -> Table:
-    """Repo, terminal state, reason, turns, tool calls, seconds -- one row per session."""
+    """One row per session: repo, its latest run's state, reason, turns, tool calls,
+    seconds running and queued, the number of runs, the latest run id, the session id."""
     table = Table(title=f"batch {report['batch_id']} ({report.get('job')})")
     table.add_column("repo", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("reason", no_wrap=True)
     for column in ("turns", "tool calls", "run s", "queued s"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("run id", no_wrap=True)
+    table.add_column("runs", justify="right", no_wrap=True)
+    table.add_column("run id (latest)", overflow="fold")
+    table.add_column("session id", overflow="fold")
     for row in report["sessions"]:
         state = row["terminal_state"] or row["status"]
         seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
@@ -48,7 +51,26 @@ def batch_table(report: dict[str, Any]) -> Table:
             str(row["tool_calls"]),
             seconds,
             queued,
+            str(row["runs"]),
             row["run_id"] or "-",
+            row["session_id"],
+        )
+    return table
+
+
+def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
+    """Every run of one session, oldest first: id, state, reason, start, end."""
+    table = Table(title=f"session {session_id}: {len(runs)} run(s)")
+    for column in ("run id", "state", "reason", "started", "ended"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        state = run.terminal_state.value if run.terminal_state else "open"
+        table.add_row(
+            run.run_id,
+            f"[{_STYLE.get(state, 'white')}]{state}[/]",
+            run.terminal_reason.value if run.terminal_reason else "-",
+            run.started_at.isoformat(timespec="seconds"),
+            run.ended_at.isoformat(timespec="seconds") if run.ended_at else "-",
         )
     return table
 

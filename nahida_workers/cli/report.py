@@ -26,6 +26,7 @@ def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
         "workspace": session.workspace,
         "status": session.status.value,
         "run_id": run.run_id if run else None,
+        "runs": len(runs),
         "terminal_state": None,
         "reason": None,
         "failure_code": None,

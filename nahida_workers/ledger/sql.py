@@ -30,7 +30,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from nahida_workers.core.events import (
     Event,
@@ -44,7 +44,6 @@ from nahida_workers.core.records import InboxStatus
 from nahida_workers.errors import (
     EventAfterTerminalError,
     LedgerIntegrityError,
-    LedgerUnavailableError,
     NotFoundError,
 )
 from nahida_workers.ledger import schema as t
@@ -63,6 +62,7 @@ from nahida_workers.ledger.sql_base import (
     integrity,
     make_engine,
     now,
+    unavailable,
 )
 from nahida_workers.ledger.sql_facts import exact_facts
 from nahida_workers.ledger.sql_inbox import InboxOps
@@ -81,10 +81,8 @@ def _raise_mapped(exc: BaseException) -> None:
     """Re-raise a database error as the ledger's typed error (else return)."""
     if isinstance(exc, IntegrityError):
         raise integrity(exc) from None
-    if isinstance(exc, OperationalError | DBAPIError):
-        raise LedgerUnavailableError(
-            f"ledger unavailable: {type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}"
-        ) from exc
+    if isinstance(exc, DBAPIError):
+        raise unavailable(exc) from exc
 
 
 class SqlLedger(Reads, RecordWrites, InboxOps):

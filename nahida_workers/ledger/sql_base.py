@@ -15,7 +15,7 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
 from nahida_workers.core.events import (
@@ -160,6 +160,16 @@ def integrity(exc: IntegrityError) -> LedgerIntegrityError:
     return LedgerIntegrityError(f"ledger constraint violated: {text}")
 
 
+def unavailable(exc: DBAPIError) -> LedgerUnavailableError:
+    """The typed outage error for a driver error: its class and first 200 characters.
+
+    The driver's message names the host, port, database and user -- never a
+    password -- so it is kept: "database \"nahida\" does not exist" is the fix.
+    """
+    detail = " ".join(str(exc.orig).split())[:200]
+    return LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}: {detail}")
+
+
 class ReadScope:
     """A read-only connection scope that maps outages to LedgerUnavailableError."""
 
@@ -170,8 +180,8 @@ class ReadScope:
     def __enter__(self) -> Connection:
         try:
             self._conn = self._reader.connect()
-        except (OperationalError, DBAPIError) as exc:
-            raise LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}") from exc
+        except DBAPIError as exc:
+            raise unavailable(exc) from exc
         return self._conn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -179,10 +189,8 @@ class ReadScope:
         try:
             self._conn.close()
         finally:
-            if isinstance(exc, OperationalError | DBAPIError):
-                raise LedgerUnavailableError(
-                    f"ledger unavailable: {type(exc.orig).__name__}"
-                ) from exc
+            if isinstance(exc, DBAPIError):
+                raise unavailable(exc) from exc
 
 
 def session_row(row: Any) -> SessionRecord:

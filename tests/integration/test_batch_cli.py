@@ -97,6 +97,14 @@ def test_local_batch_and_runs_show(tmp_path: Path) -> None:
         ["status", report["batch_id"], "--local", "--db", str(db)], _clean_env(), tmp_path
     )
     assert status.returncode == 0 and "completed" in status.stdout
+    session_id = report["sessions"][0]["session_id"]
+    assert session_id in status.stdout  # what steer, cancel and watch take
+    assert report["sessions"][0]["runs"] == 1
+    listed = _nahida(
+        ["runs", "list", session_id, "--local", "--db", str(db)], _clean_env(), tmp_path
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert run_id in listed.stdout and "completed" in listed.stdout
 
 
 def test_batch_exits_non_zero_unless_every_session_completed(tmp_path: Path) -> None:
