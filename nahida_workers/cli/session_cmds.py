@@ -128,6 +128,6 @@ def steer(
 
 
 def cancel(session_id: Annotated[str, typer.Argument(help="The session to cancel.")]) -> None:
-    """Stop the session's run at its next boundary; it ends ``cancelled``."""
+    """Stop the session's run at its next boundary; it ends 'cancelled'."""
     _fleet().inbox.cancel(session_id)
     console.print(f"session {session_id}: cancel requested")
