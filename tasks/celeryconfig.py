@@ -71,7 +71,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             SWEEP: {"queue": SESSIONS_QUEUE},
             RUN_TOOL_CALL: {"queue": TOOLS_QUEUE},
         },
-        "task_send_sent_event": True,
+        # Flower follows tasks by the workers' events (received, started,
+        # succeeded); a "sent" event more per publish would cost every tool
+        # call a Redis publish in the session worker.
+        "task_send_sent_event": False,
         "worker_send_task_events": True,
         "result_expires": 3600,
         "beat_schedule": {

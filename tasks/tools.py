@@ -121,7 +121,16 @@ def fenced_session(ledger: Ledger[Any], session_id: str) -> SessionRecord | None
     return read_through_outage(lambda: ledger.get_session(session_id), within_s=EPOCH_CHECK_RETRY_S)
 
 
-@app.task(name=RUN_TOOL_CALL, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+# send_events=False: no task-received/started/succeeded monitoring events for
+# tool calls -- four Redis publishes per call that Flower would show for
+# thousands of tiny tasks (bench/fanout.py); sessions keep theirs.
+@app.task(
+    name=RUN_TOOL_CALL,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    send_events=False,
+)
 def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one fanned-out call; push ``{"executor_epoch", "execution"}`` to its channel.
 
