@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from nahida_workers.evaluation import DEFAULT_SET, EvalReport, load_eval_set, run_eval_set
+if TYPE_CHECKING:
+    from nahida_workers.evaluation import EvalReport
 
 __all__ = ["eval_command", "eval_table"]
 
@@ -41,12 +42,12 @@ def eval_table(report: EvalReport) -> Table:
 
 def eval_command(
     set_path: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--set",
             help="Evaluation set file (YAML); default: the repository's tests/eval/sessions.yaml.",
         ),
-    ] = DEFAULT_SET,
+    ] = None,
 ) -> None:
     """Run the evaluation set in-process and compare terminal states with expectations.
 
@@ -54,7 +55,9 @@ def eval_command(
     rate and the share of pure questions completed in one provider call.  Exits 0 iff
     every session ended as expected.
     """
-    cases = load_eval_set(set_path)
+    from nahida_workers.evaluation import DEFAULT_SET, load_eval_set, run_eval_set
+
+    cases = load_eval_set(set_path or DEFAULT_SET)
     report = run_eval_set(cases)
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(eval_table(report))

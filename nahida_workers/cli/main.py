@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,11 +21,14 @@ from rich.console import Console
 from nahida_workers.cli import render, session_cmds
 from nahida_workers.cli.report import batch_report
 from nahida_workers.errors import ConfigError, NahidaError, NotFoundError, UserError
-from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.spec import JobSpec, load_job
-from nahida_workers.runtime.wiring import EMBEDDED_URLS
 from nahida_workers.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from nahida_workers.runtime.spec import JobSpec
+
+# The heavier modules (Celery wiring, providers, Alembic) are imported by the
+# commands that use them, so `nahida status` and `--help` start quickly.
 
 __all__ = ["app"]
 
@@ -50,6 +53,8 @@ DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --loca
 
 def _settings(local: bool, db: Path, **overrides: Any) -> Settings:
     if local:
+        from nahida_workers.runtime.wiring import EMBEDDED_URLS
+
         db.parent.mkdir(parents=True, exist_ok=True)
         overrides = {**EMBEDDED_URLS, "database_url": f"sqlite:///{db.resolve()}", **overrides}
     return load_settings(**overrides)
@@ -58,6 +63,8 @@ def _settings(local: bool, db: Path, **overrides: Any) -> Settings:
 def _ledger(settings: Settings, *, migrate: bool = True) -> SqlLedger:
     engine = make_engine(settings.database_url)
     if migrate:
+        from nahida_workers.ledger.migrate import upgrade
+
         upgrade(engine)
     return SqlLedger(engine=engine, payload_max_bytes=settings.event_payload_max_bytes)
 
@@ -108,6 +115,7 @@ def batch(
 ) -> None:
     """Run JOB once per repository; exit 0 only if every session completed."""
     from nahida_workers.cli.batch import BatchOptions, run_batch
+    from nahida_workers.runtime.spec import load_job
 
     spec = load_job(job)
     if provider is not None:
@@ -126,6 +134,8 @@ def batch(
 
 def _with_provider(spec: JobSpec, kind: str, base_url: str | None, model: str | None) -> JobSpec:
     """The job with its provider replaced (the script stays for ``scripted``)."""
+    from nahida_workers.runtime.spec import JobSpec
+
     current = dict(spec.provider)
     if kind == "scripted":
         provider: dict[str, Any] = {**current, "kind": "scripted"}

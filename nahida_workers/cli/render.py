@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import RunRecord
-from nahida_workers.ports import Ledger
+
+if TYPE_CHECKING:
+    from nahida_workers.ports import Ledger
 
 __all__ = ["batch_table", "batches_table", "print_run", "runs_table"]
 

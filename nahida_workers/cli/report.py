@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nahida_workers.core.events import Event, EventType
 from nahida_workers.core.records import SessionRecord
-from nahida_workers.ports import Ledger
+
+if TYPE_CHECKING:
+    from nahida_workers.ports import Ledger
 
 __all__ = ["batch_report", "session_row"]
 

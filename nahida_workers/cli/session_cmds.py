@@ -14,7 +14,6 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import NotFoundError
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.runtime.channel import stream_key
-from nahida_workers.runtime.wiring import redis_client
 from nahida_workers.settings import load_settings
 
 __all__ = ["cancel", "follow", "steer", "watch"]
@@ -79,6 +78,8 @@ def watch(
 
     Exits 0 when the session is done, 1 on timeout.
     """
+    from nahida_workers.runtime.wiring import redis_client
+
     settings = load_settings()
     ledger = SqlLedger(engine=make_engine(settings.database_url))
     if ledger.get_session(session_id) is None:
