@@ -115,7 +115,6 @@ def read_yaml_file(path: Path, *, what: str = "file") -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{what} {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})"
-        ) from None
+        bad = raw[exc.start : exc.start + 1]
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {bad!r})") from None
     return load_yaml(text, source=f"{what} {path}")
