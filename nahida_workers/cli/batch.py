@@ -35,7 +35,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
-from nahida_workers.cli.interrupt import run_interruptible
+from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
@@ -167,6 +167,10 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     if options.local:
         with embedded_worker(celery_app, concurrency=options.workers):
             code = body()
+            if code == ExitCode.TIMED_OUT:
+                # Do not wait for in-flight tool calls: fence and stop them;
+                # --resume settles them (interrupted, outcome unknown).
+                stop_in_flight(fleet, batch_id, fence=True)
     else:
         code = body()
     data = _read(settings, lambda: batch_report(fleet.ledger, batch_id, started_at=started))

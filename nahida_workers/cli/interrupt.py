@@ -1,10 +1,10 @@
 """Ctrl-C in ``nahida batch`` (issue 16 item 6).
 
-The first Ctrl-C kills the process group of every child this process started
-(Bash tool commands run in their own group, ``start_new_session``), fences
-the sessions still in flight in the embedded mode (their fencing epoch is
-bumped, DESIGN.md section 4: the worker threads cannot write one more row),
-counts the finished sessions, prints how to resume and exits 130 -- the
+The first Ctrl-C fences the sessions still in flight in the embedded mode
+(their fencing epoch is bumped, DESIGN.md section 4: the worker threads
+cannot write one more row), kills the process group of every child this
+process started (Bash tool commands run in their own group,
+``start_new_session``), counts the finished sessions, prints how to resume and exits 130 -- the
 embedded mode with ``os._exit`` instead of waiting for worker threads.  The
 in-flight sessions stay ``running`` in the ledger with no owner: ``--resume``
 dispatches them again and recovery settles their open tool calls
@@ -27,7 +27,7 @@ from rich.console import Console
 from nahida_workers.cli.exits import ExitCode
 from nahida_workers.core.events import SessionStatus
 
-__all__ = ["child_process_groups", "kill_child_groups", "run_interruptible"]
+__all__ = ["child_process_groups", "kill_child_groups", "run_interruptible", "stop_in_flight"]
 
 
 def child_process_groups() -> set[int]:
@@ -58,11 +58,46 @@ def kill_child_groups() -> int:
     return killed
 
 
-def _exit_now(_signum: int, _frame: Any) -> None:
+def _exit_now() -> None:
     kill_child_groups()
     sys.stderr.write("interrupted again: exiting now\n")
     sys.stderr.flush()
     os._exit(ExitCode.INTERRUPTED)
+
+
+class _Presses:
+    """SIGINT handler: the first press raises KeyboardInterrupt, any later one exits at once.
+
+    Installed for the whole batch, so a second press is honoured even while
+    the first is still unwinding (a live progress display closing, a read).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _signum: int, _frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            _exit_now()
+        raise KeyboardInterrupt
+
+
+def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
+    """Fence the batch's running sessions (if ``fence``), then kill every child process group.
+
+    Fencing first: a worker thread whose Bash command is killed can then not
+    record the kill as the command's result -- recovery settles the call on
+    resume (DESIGN.md section 4).  Returns the sessions that were in flight.
+    """
+    ledger, now = fleet.ledger, fleet.clock.now()
+    in_flight = ledger.sessions(
+        batch_id=batch_id, statuses=[SessionStatus.RUNNING, SessionStatus.WAITING]
+    )
+    if fence:
+        for session in in_flight:
+            ledger.bump_epoch(session.session_id, at=now)
+    kill_child_groups()
+    return list(in_flight)
 
 
 def run_interruptible(
@@ -75,20 +110,17 @@ def run_interruptible(
     err: Console,
 ) -> int:
     """``work()``, or on Ctrl-C the interrupt handling above; returns an exit code."""
+    presses = _Presses()
+    previous = signal.signal(signal.SIGINT, presses)
     try:
         return work()
     except KeyboardInterrupt:
-        pass
-    signal.signal(signal.SIGINT, _exit_now)
-    kill_child_groups()
-    ledger, now = fleet.ledger, fleet.clock.now()
-    in_flight = ledger.sessions(
-        batch_id=batch_id, statuses=[SessionStatus.RUNNING, SessionStatus.WAITING]
-    )
-    if local:
-        for session in in_flight:
-            ledger.bump_epoch(session.session_id, at=now)  # fence the worker threads
-    done = len(ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
+        presses.count = max(presses.count, 1)  # a KeyboardInterrupt from elsewhere counts too
+    finally:
+        if presses.count == 0:
+            signal.signal(signal.SIGINT, previous)
+    in_flight = stop_in_flight(fleet, batch_id, fence=local)
+    done = len(fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
     left = (
         f"{len(in_flight)} in flight interrupted (resumable)"
         if local
