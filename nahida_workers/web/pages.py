@@ -49,7 +49,7 @@ def placements_of(config: dict[str, Any], settings: Any) -> dict[str, str]:
     except Exception:  # a plugin tool that does not load here: show no placement
         return {}
     out: dict[str, str] = {}
-    for name in spec.tools:
+    for name in registry.names():
         placement = registry.placement_of(name)
         value = "inline" if placement is None else placement.value
         if value == "remote" and not settings.remote_tools:
