@@ -130,7 +130,6 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_body(400, "invalid_text", "input is not valid UTF-8 text")
 
 
-
 def unavailable(exc: BaseException) -> JSONResponse:
     code, line = classify(exc)
     if code == 3:
