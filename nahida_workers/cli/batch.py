@@ -179,7 +179,7 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", "utf-8")
     from nahida_workers.cli import render
 
-    console.print(render.batch_table(data))
+    console.print(render.batch_table(data, width=console.width))
     console.print(f"{render.summary_sentence(data)} Report: {path}", markup=False)
     if code in (ExitCode.TIMED_OUT, ExitCode.RECORDED, ExitCode.INTERRUPTED):
         return code

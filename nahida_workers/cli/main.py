@@ -203,14 +203,14 @@ def status(
             return
         out().print(render.batches_table(rows))
         newest = batch_report(ledger, rows[0]["batch_id"])
-        out().print(render.batch_table(newest))
+        out().print(render.batch_table(newest, width=out().width))
         return
     full = resolve(ledger, "batch", batch_id)
     data = batch_report(ledger, full)
     if as_json:
         print_json(data)
         return
-    out().print(render.batch_table(data))
+    out().print(render.batch_table(data, width=out().width))
     out().print(render.summary_sentence(data))
 
 

@@ -39,43 +39,51 @@ def _state(state: str) -> str:
     return f"[{_STYLE.get(state, 'white')}]{escape(state)}[/]"
 
 
-def batch_table(report: dict[str, Any]) -> Table:
-    """One row per session: repo, its latest run's state, reason, turns, tool calls,
-    seconds running and queued, the number of runs, the latest run id, the session id.
+def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
+    """One row per session: session id, repo, its latest run's state, reason, tool calls,
+    seconds running, turns, runs, seconds queued, the latest run id.
 
-    Ids are unique prefixes (every command takes them back); states and ids
-    never wrap or shrink -- the repo and reason columns fold instead.
+    Ids are unique prefixes (every command takes them back); ids and states
+    never wrap or shrink.  In a terminal narrower than 120 columns (``width``)
+    the less important numbers are left out (``--json`` has them all) and the
+    repo and reason columns fold.
     """
     rows = report["sessions"]
     short = shortener([r["session_id"] for r in rows] + [r["run_id"] for r in rows if r["run_id"]])
-    table = Table(title=escape(f"batch {report['batch_id']} ({report.get('job')})"))
-    table.add_column("session", no_wrap=True, min_width=8)
-    table.add_column("repo", overflow="fold")
-    table.add_column("state", no_wrap=True, min_width=10)
-    table.add_column("reason", overflow="fold")
-    for column in ("turns", "tools", "run s", "queued s", "runs"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("latest run", no_wrap=True, min_width=8)
-    for row in rows:
-        state = row["terminal_state"] or row["status"]
-        seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
-        queued = f"{row['queued_seconds']:.2f}" if row["queued_seconds"] is not None else "-"
-        reason = row["reason"] or "-"
+
+    def seconds(value: float | None) -> str:
+        return f"{value:.2f}" if value is not None else "-"
+
+    def reason(row: dict[str, Any]) -> str:
+        text = row["reason"] or "-"
         if row.get("failure_code") and row["failure_code"] != row["reason"]:
-            reason += f" ({row['failure_code']})"
-        table.add_row(
-            short[row["session_id"]],
-            escape(row["workspace"].rsplit("/", 1)[-1]),
-            _state(state),
-            escape(reason),
-            str(row["turns"]),
-            str(row["tool_calls"]),
-            seconds,
-            queued,
-            str(row["runs"]),
-            short[row["run_id"]] if row["run_id"] else "-",
-        )
+            text += f" ({row['failure_code']})"
+        return escape(text)
+
+    # (header, cell, column options, narrowest terminal that shows it)
+    columns: list[tuple[str, Any, dict[str, Any], int]] = [
+        ("session", lambda r: short[r["session_id"]], {"no_wrap": True, "min_width": 8}, 0),
+        ("repo", lambda r: escape(r["workspace"].rsplit("/", 1)[-1]), {"min_width": 10}, 0),
+        ("state", lambda r: _state(r["terminal_state"] or r["status"]), _ID, 0),
+        ("reason", reason, {"min_width": 10}, 0),
+        ("tools", lambda r: str(r["tool_calls"]), _NUM, 90),
+        ("run s", lambda r: seconds(r["seconds"]), _NUM, 100),
+        ("turns", lambda r: str(r["turns"]), _NUM, 110),
+        ("runs", lambda r: str(r["runs"]), _NUM, 110),
+        ("queued s", lambda r: seconds(r["queued_seconds"]), _NUM, 120),
+        ("latest run", lambda r: short[r["run_id"]] if r["run_id"] else "-", _ID, 0),
+    ]
+    shown = [c for c in columns if width is None or width >= c[3]]
+    table = Table(title=escape(f"batch {report['batch_id']} ({report.get('job')})"))
+    for header, _cell, options, _min in shown:
+        table.add_column(header, overflow="fold", **options)
+    for row in rows:
+        table.add_row(*(cell(row) for _header, cell, _options, _min in shown))
     return table
+
+
+_ID: dict[str, Any] = {"no_wrap": True, "min_width": 10}
+_NUM: dict[str, Any] = {"no_wrap": True, "justify": "right"}
 
 
 def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
@@ -93,8 +101,8 @@ def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
             short[run.run_id],
             _state(state),
             run.terminal_reason.value if run.terminal_reason else "-",
-            run.started_at.isoformat(timespec="seconds"),
-            run.ended_at.isoformat(timespec="seconds") if run.ended_at else "-",
+            run.started_at.isoformat(sep=" ", timespec="seconds")[:19],
+            run.ended_at.isoformat(sep=" ", timespec="seconds")[:19] if run.ended_at else "-",
         )
     return table
 
