@@ -1,4 +1,4 @@
-"""docker-compose.yml checked by the real compose tool; the Grafana dashboard by the metrics it names."""
+"""docker-compose.yml checked by the real compose tool; the dashboard by the metrics it names."""
 
 from __future__ import annotations
 
