@@ -209,7 +209,7 @@ def serve_metrics(port: int) -> bool:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     try:
         if registry is None:
             start_http_server(port)

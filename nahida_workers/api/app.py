@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nahida_workers.api.guard import (
     BodyLimit,
@@ -33,7 +33,7 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
-from nahida_workers.runtime.spec import JobSpec
+from nahida_workers.runtime.spec import JobSpec, validation_summary
 from nahida_workers.runtime.wiring import Fleet, provider_for, registry_for
 
 __all__ = ["Services", "create_app"]
@@ -113,11 +113,8 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
         """Dispatch one session; the same ``idempotency_key`` again returns it (200)."""
         try:
             job = JobSpec.model_validate({"name": "api", **body.job})
-        except ValueError as exc:
-            from nahida_workers.runtime.spec import validation_summary
-
-            detail = validation_summary(exc) if hasattr(exc, "errors") else str(exc)
-            raise UserError(f"invalid job: {detail}") from None
+        except ValidationError as exc:
+            raise UserError(f"invalid job: {validation_summary(exc)}") from None
         spec = job.session_spec()
         registry_for(spec, fleet.settings)
         close = getattr(provider_for(spec), "close", None)

@@ -36,7 +36,8 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
     """Serve until Ctrl-C.
 
     Raises:
-        UserError: ``host`` is not loopback and no ``NAHIDA_API_TOKEN`` is set.
+        UserError: ``host`` is not loopback and no ``NAHIDA_API_TOKEN`` is set,
+            or the port cannot be bound (in use, not permitted).
     """
     import uvicorn
 
@@ -45,5 +46,19 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
             f"refusing to serve on {host} without NAHIDA_API_TOKEN: set a token, "
             "or serve on 127.0.0.1"
         )
+    _check_port(host, port)
     app = build_app(settings)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one clear line (exit 2) when the port cannot be bound, before uvicorn tries."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

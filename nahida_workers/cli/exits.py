@@ -193,6 +193,8 @@ def classify(exc: BaseException) -> tuple[ExitCode, str]:
         return found[0], f"error: {found[1]}"
     if isinstance(exc, NahidaError):
         return ExitCode.INFRA, f"error: {one_line(exc)}"
+    if isinstance(exc, OSError) and exc.errno in (98, 13):  # EADDRINUSE, EACCES
+        return ExitCode.USAGE, f"error: {one_line(exc, limit=300)}"
     if isinstance(exc, UnicodeError):
         return ExitCode.USAGE, f"error: input is not valid UTF-8: {one_line(exc, limit=200)}"
     return ExitCode.NOT_COMPLETED, (

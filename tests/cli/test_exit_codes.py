@@ -214,3 +214,19 @@ def test_ids_are_accepted_by_unique_prefix_and_ambiguity_is_refused(
     assert ambiguous.code == 2 and "ambiguous" in ambiguous.one_error_line()
     unknown = nahida(["runs", "show", "ffff"], cwd=tmp_path, env=env)
     assert unknown.code == 2 and "no run ffff" in unknown.one_error_line()
+
+
+def test_a_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for args in (
+            ["serve", "--port", port],
+            ["mock-llm", "--script", str(SURVEY), "--port", port],
+        ):
+            done = nahida(args, cwd=tmp_path, timeout=60)
+            assert done.code == 2, done.output
+            assert "Address already in use" in done.one_error_line()
