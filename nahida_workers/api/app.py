@@ -11,6 +11,7 @@ down after the ledger recorded a request, the answer is 202 with
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,27 +126,39 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
             raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
         provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
         delivered = True
+        wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
         try:
             session, created = fleet.dispatcher.submit(
                 spec,
                 workspace=str(workspace.resolve()),
                 idempotency_key=body.idempotency_key,
+                session_id=wanted_id,
                 provider_name=provider,
                 model=str(spec.provider.get("model") or provider),
             )
         except Exception as exc:
-            if not is_delivery_failure(exc) or body.idempotency_key is None:
+            if not is_delivery_failure(exc):
                 raise
-            found = [s for s in ledger.sessions() if s.idempotency_key == body.idempotency_key]
-            if not found:
+            # The session row and its outbox row are committed before the
+            # publish: the sweeper publishes it when the broker is back.
+            recorded = ledger.get_session(wanted_id) or next(
+                (
+                    s
+                    for s in ledger.sessions()
+                    if body.idempotency_key and s.idempotency_key == body.idempotency_key
+                ),
+                None,
+            )
+            if recorded is None:
                 raise
-            session, created, delivered = found[0], True, False
+            session, created, delivered = recorded, True, False
         data = {
             "session": session.model_dump(mode="json"),
             "created": created,
             "delivered": delivered,
         }
-        return JSONResponse(data, status_code=201 if created else 200)
+        status = 202 if not delivered else 201 if created else 200
+        return JSONResponse(data, status_code=status)
 
     @v1.get("/sessions/{session_id}")
     def get_session(session_id: str) -> dict[str, Any]:
@@ -179,8 +192,6 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
     @v1.post("/sessions/{session_id}/steer", status_code=202)
     def steer(session_id: str, body: SteerIn) -> JSONResponse:
         """Steering input: taken at the running loop's next provider boundary (or the next run)."""
-        import uuid
-
         full = resolve(ledger, "session", _id(session_id))
         message_id = body.message_id or uuid.uuid4().hex
         try:

@@ -151,3 +151,22 @@ def test_a_token_is_required_when_set_and_no_token_means_loopback_only(
         guarded.stop()
     exposed = nahida(["serve", "--host", "0.0.0.0"], cwd=tmp_path, env=clean_env(), timeout=60)
     assert exposed.code == 2 and "NAHIDA_API_TOKEN" in exposed.one_error_line()
+
+
+def test_with_the_broker_down_requests_are_recorded_and_say_so(
+    fleet: Fleet, pg: object, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    down = start_server(fleet, tmp_path, NAHIDA_BROKER_URL="redis://127.0.0.1:1/0")
+    try:
+        with down.client() as http:
+            posted = http.post("/v1/sessions", json={"job": JOB, "workspace": str(repo)})
+            assert posted.status_code == 202, posted.text
+            body = posted.json()
+            assert body["delivered"] is False and body["session"]["status"] == "queued"
+            session_id = body["session"]["session_id"]
+            assert http.get(f"/v1/sessions/{session_id}").status_code == 200
+            steered = http.post(f"/v1/sessions/{session_id}/steer", json={"text": "more"})
+            assert steered.status_code == 202 and steered.json()["delivered"] is False
+    finally:
+        down.stop()
