@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.fleet_harness import Fleet, make_repo, wait_for
@@ -179,7 +180,7 @@ def _set_connections(db_name: str, allowed: bool) -> None:
 
 
 def test_distributed_batch_rides_out_a_short_ledger_outage(
-    fleet: Fleet, pg: SqlLedger, postgres_url: str, tmp_path: Path
+    fleet: Fleet, pg: SqlLedger, postgres_url: str, postgres_engine: Engine, tmp_path: Path
 ) -> None:
     """A 4 s outage (backends terminated, connections refused) while the batch waits."""
     stop = tmp_path / "stop"
@@ -208,6 +209,7 @@ def test_distributed_batch_rides_out_a_short_ledger_outage(
         time.sleep(4)
     finally:
         _set_connections(db_name, True)
+        postgres_engine.dispose()  # its pooled connections were terminated too
     stop.write_text("")
     out, err = proc.communicate(timeout=120)
     text = out.decode() + err.decode()
