@@ -267,8 +267,9 @@ class SqlScheduleStore:
                     self._dialect.insert(fires)
                     .values(**_fire_values(row))
                     .on_conflict_do_nothing(index_elements=["schedule_id", "fire_time"])
+                    .returning(fires.c.fire_time)  # psycopg reports no rowcount for it
                 )
-                if conn.execute(statement).rowcount == 1:
+                if conn.execute(statement).first() is not None:
                     written.append(row)
             if plan.release is not None:
                 key = and_(
