@@ -95,12 +95,12 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-able summary: counts by outcome, dispatched fires with their batches."""
+        """JSON-able summary: dispatched fires with their batches, counts of the other outcomes."""
         counts: dict[str, int] = {}
         for fire in self.decided:
-            counts[fire.outcome.value] = counts.get(fire.outcome.value, 0) + 1
+            if fire.outcome is not FireOutcome.DISPATCHING:
+                counts[fire.outcome.value] = counts.get(fire.outcome.value, 0) + 1
         return {
-            "decided": counts,
             "dispatched": [
                 {
                     "schedule_id": f.schedule_id,
@@ -109,6 +109,7 @@ class TickReport:
                 }
                 for f in self.dispatched
             ],
+            "decided": counts,
             "failed": [iso(f.fire_time) for f in self.failed],
             "lost_race": self.lost_race,
             "errors": self.errors,

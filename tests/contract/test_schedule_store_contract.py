@@ -222,26 +222,29 @@ def test_concurrent_commits_from_one_version_have_exactly_one_winner(
         now = at(round_ * 10 + 0.5)
         schedule = stores[0].get("nightly")
         assert schedule is not None
-        plan = plan_tick(schedule, now=now)
-        barrier = threading.Barrier(len(stores))
-        results: list[Any] = []
-        lock = threading.Lock()
-
-        def beat(
-            s: SqlScheduleStore, who: int, plan: Plan = plan, version: int = schedule.version
-        ) -> None:
-            barrier.wait()
-            written = s.commit_plan("s", version=version, plan=plan, at=now, by=f"beat-{who}")
-            with lock:
-                results.append(written)
-
-        threads = [threading.Thread(target=beat, args=(s, i)) for i, s in enumerate(stores)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        results = _race(stores, schedule.version, plan_tick(schedule, now=now), now)
         winners = [r for r in results if r is not None]
         assert len(results) == len(stores) and len(winners) == 1, results
         assert len(winners[0]) == 1
     fires = stores[0].fires("s")
     assert len(fires) == 5 and len({f.fire_time for f in fires}) == 5
+
+
+def _race(stores: list[SqlScheduleStore], version: int, plan: Plan, now: datetime) -> list[Any]:
+    """Every store commits ``plan`` from ``version`` at once (a barrier lines them up)."""
+    barrier = threading.Barrier(len(stores))
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def beat(store: SqlScheduleStore, who: int) -> None:
+        barrier.wait()
+        written = store.commit_plan("s", version=version, plan=plan, at=now, by=f"beat-{who}")
+        with lock:
+            results.append(written)
+
+    threads = [threading.Thread(target=beat, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
