@@ -205,6 +205,7 @@ def plan_tick(
             break
         cursor = fire_time
         late_s = (now - due).total_seconds()
+        detail: dict[str, Any]
         if late_s > definition.catchup_window_s:
             outcome, detail = FireOutcome.MISSED, {}
         else:

@@ -287,3 +287,17 @@ def test_trigger_fires_now_and_a_removed_schedule_never_fires() -> None:
     world.move_to(3600.5)
     world.scheduler().tick()
     assert world.ledger.batches()[0].batch_id == fire.batch_id and len(world.ledger.batches()) == 1
+
+
+def test_the_batch_report_of_a_fire_names_its_schedule_and_fire_time() -> None:
+    from nahida_workers.cli.report import batch_report
+
+    world = World()
+    world.add()
+    world.move_to(10.2)
+    world.scheduler().tick()
+    (batch,) = world.ledger.batches()
+    report = batch_report(world.ledger, batch.batch_id)
+    assert report["schedule"]["name"] == "s"
+    assert report["schedule"]["fire_time"] == "2026-01-01T00:00:10.000Z"
+    assert len(report["sessions"]) == 2
