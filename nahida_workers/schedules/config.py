@@ -105,6 +105,17 @@ def build_definition(
     spec, job_path = _job(job)
     _check_runnable(spec, settings)
     try:
+        window_s = parse_duration(catchup_window)
+    except ValueError as exc:
+        raise ConfigError(f"schedule {name}: {exc}") from None
+    if window_s <= settings.schedule_tick_s:
+        # A fire is decided by the first tick after it: up to one tick late.
+        raise ConfigError(
+            f"schedule {name}: the catch-up window ({window_s:g}s) must exceed the tick "
+            f"interval NAHIDA_SCHEDULE_TICK_S ({settings.schedule_tick_s:g}s), or on-time "
+            "fires are recorded missed"
+        )
+    try:
         return ScheduleDef(
             name=name,
             job=spec.model_dump(mode="json"),
@@ -114,7 +125,7 @@ def build_definition(
             every_s=None if every is None else parse_duration(every),
             timezone=timezone,
             overlap=Overlap(overlap),
-            catchup_window_s=parse_duration(catchup_window),
+            catchup_window_s=window_s,
             jitter_s=parse_duration(jitter),
         )
     except ValidationError as exc:
