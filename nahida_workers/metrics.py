@@ -15,6 +15,7 @@ __all__ = [
     "PROVIDER_PROTOCOL_INVALID",
     "RECEIPT_MISSING",
     "RUNS",
+    "SCHEDULE_FIRES",
     "TERMINAL_WITHOUT_TOOL_CALLS",
 ]
 
@@ -42,4 +43,10 @@ CORRECTION_TURNS = Counter(
     "nahida_correction_turns",
     "Correction turns injected by the completion pipeline or a bound, by stage.",
     ["stage"],
+)
+SCHEDULE_FIRES = Counter(
+    "nahida_schedule_fires",
+    "Schedule fires decided by this process, by schedule name and outcome "
+    "(dispatched, skipped_overlap, missed, failed).",
+    ["schedule", "outcome"],
 )

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
 
+    # -- schedules (issue 14, DESIGN.md section 8) ----------------------------
+    # Beat sends one tick task this often; a schedule's catch-up window must
+    # exceed it, or an on-time fire can be recorded missed.
+    schedule_tick_s: float = Field(5.0, gt=0)
+
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:
         # A broker redelivery must never arrive while the first owner can still

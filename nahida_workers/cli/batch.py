@@ -104,17 +104,10 @@ def _dispatch_and_wait(
 
 
 def _dispatch_all(fleet: Fleet, spec: SessionSpec, repos: list[Path], batch_id: str) -> None:
-    provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
-    model = str(spec.provider.get("model") or provider)
-    for path in repos:
-        session, created = fleet.dispatcher.submit(
-            spec,
-            workspace=str(path),
-            batch_id=batch_id,
-            idempotency_key=f"{batch_id}:{path}",
-            provider_name=provider,
-            model=model,
-        )
+    submitted = fleet.dispatcher.submit_all(
+        spec, [str(p) for p in repos], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+    )
+    for session, created in submitted:
         if not created and session.status is not SessionStatus.DONE:
             fleet.dispatcher.redispatch(session.session_id)  # resumed: publish it again
 

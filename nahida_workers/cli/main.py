@@ -20,6 +20,7 @@ from rich.console import Console
 
 from nahida_workers.cli import render, session_cmds
 from nahida_workers.cli.report import batch_report
+from nahida_workers.cli.schedule_cmds import schedule_app
 from nahida_workers.errors import ConfigError, NahidaError, NotFoundError, UserError
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.settings import Settings, load_settings
@@ -231,6 +232,7 @@ def runs_show(
     render.print_run(console, run, events, receipts)
 
 
+app.add_typer(schedule_app, name="schedule")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)

@@ -29,7 +29,10 @@ _STYLE = {
 def batch_table(report: dict[str, Any]) -> Table:
     """One row per session: repo, its latest run's state, reason, turns, tool calls,
     seconds running and queued, the number of runs, the latest run id, the session id."""
-    table = Table(title=f"batch {report['batch_id']} ({report.get('job')})")
+    title = f"batch {report['batch_id']} ({report.get('job')})"
+    if report.get("schedule"):
+        title += f", schedule {report['schedule']['name']} fire {report['schedule']['fire_time']}"
+    table = Table(title=title)
     table.add_column("repo", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("reason", no_wrap=True)
