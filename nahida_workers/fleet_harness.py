@@ -163,6 +163,46 @@ class Fleet:
             raise AssertionError(f"worker {name} exited at start:\n{worker.text()[-3000:]}")
         return worker
 
+    def start_beat(self, *, name: str | None = None) -> Worker:
+        """Start ``celery -A tasks beat`` (its own schedule file) and wait until it runs.
+
+        Any number of beats may run against one broker: each sends the
+        schedule tick, and the ledger decides every fire once (issue 14).
+        """
+        name = name or f"beat{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
+        log = self.workdir / f"{name}.log"
+        handle = log.open("ab")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "tasks",
+                "beat",
+                "-s",
+                str(self.workdir / f"{name}-schedule"),
+                "--max-interval",
+                "1",
+                "-l",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=self.env(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        beat = Worker(name, proc, log)
+        self.workers.append(beat)
+        wait_for(
+            lambda: "Sending due task" in beat.text() or proc.poll() is not None,
+            timeout=30,
+            what=f"beat {name} to send its first task",
+        )
+        if proc.poll() is not None:
+            raise AssertionError(f"beat {name} exited at start:\n{beat.text()[-3000:]}")
+        return beat
+
     def dispatcher(self, ledger: SqlLedger) -> Dispatcher:
         """A dispatcher publishing through the real broker, with this fleet's prefix.
 

@@ -38,6 +38,7 @@ __all__ = [
     "PROVIDER_TOKENS",
     "RECEIPT_MISSING",
     "RUNS",
+    "SCHEDULE_FIRES",
     "SESSIONS_PARKED",
     "SESSIONS_QUEUED",
     "SWEEPER_ACTIONS",
@@ -133,6 +134,13 @@ SWEEPER_ACTIONS = Counter(
     "nahida_sweeper_actions",
     "What the sweeper did, by action.",
     ["action"],
+)
+
+SCHEDULE_FIRES = Counter(
+    "nahida_schedule_fires",
+    "Schedule fires decided by this process, by schedule name and outcome "
+    "(dispatched, skipped_overlap, missed, failed).",
+    ["schedule", "outcome"],
 )
 
 

@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
 
+    # -- schedules (issue 14, DESIGN.md section 8) ----------------------------
+    # Beat sends one tick task this often; a schedule's catch-up window must
+    # exceed it, or an on-time fire can be recorded missed.
+    schedule_tick_s: float = Field(5.0, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _psycopg_driver(cls, url: str) -> str:

@@ -14,11 +14,12 @@ from kombu.entity import Exchange, Queue
 
 from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
 
-__all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SWEEP", "celery_config"]
+__all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
 
 RUN_SESSION = "nahida.run_session"
 RUN_TOOL_CALL = "nahida.run_tool_call"
 SWEEP = "nahida.sweep"
+SCHEDULE_TICK = "nahida.schedule_tick"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -69,6 +70,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_routes": {
             RUN_SESSION: {"queue": SESSIONS_QUEUE},
             SWEEP: {"queue": SESSIONS_QUEUE},
+            SCHEDULE_TICK: {"queue": SESSIONS_QUEUE},
             RUN_TOOL_CALL: {"queue": TOOLS_QUEUE},
         },
         # Flower follows tasks by the workers' events (received, started,
@@ -79,6 +81,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_expires": 3600,
         "beat_schedule": {
             "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
+            # User schedules live in the ledger; beat only ticks (issue 14).  A
+            # tick that waited in the queue past the next one is dropped: the
+            # next tick decides the same fires.
+            "nahida-schedule-tick": {
+                "task": SCHEDULE_TICK,
+                "schedule": settings.schedule_tick_s,
+                "options": {"expires": max(1.0, 2 * settings.schedule_tick_s)},
+            },
         },
         "worker_hijack_root_logger": False,
     }

@@ -206,23 +206,20 @@ def _open_batch(fleet: Fleet, options: BatchOptions, settings: Settings) -> str:
 def _dispatch_all(
     fleet: Fleet, spec: SessionSpec, options: BatchOptions, batch_id: str, settings: Settings
 ) -> int:
-    """Record and publish a session per repository; returns how many wait for the broker."""
-    provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
-    model = str(spec.provider.get("model") or provider)
+    """Record and publish a session per repository; returns how many wait for the broker.
+
+    One at a time through the dispatcher's batch path (``submit_all``), so a
+    broker failure is known per session and the rest is still recorded.
+    """
     dispatcher = fleet.dispatcher
     deferred = 0
     for path in options.repos:
 
         def submit(dispatcher: Dispatcher = dispatcher, path: Path = path) -> Any:
             # Idempotent by its key: a retry after an outage finds the session.
-            return dispatcher.submit(
-                spec,
-                workspace=str(path),
-                batch_id=batch_id,
-                idempotency_key=f"{batch_id}:{path}",
-                provider_name=provider,
-                model=model,
-            )
+            return dispatcher.submit_all(
+                spec, [str(path)], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+            )[0]
 
         try:
             session, created = _read(settings, submit)

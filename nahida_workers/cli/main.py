@@ -35,6 +35,7 @@ from nahida_workers.cli.common import (
     settings_for,
 )
 from nahida_workers.cli.exits import ExitCode, classify, print_error
+from nahida_workers.cli.schedule_cmds import schedule_app
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.spec import JobSpec
@@ -264,6 +265,7 @@ def runs_show(
     render.print_run(out(), run, events, receipts)
 
 
+app.add_typer(schedule_app, name="schedule")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)

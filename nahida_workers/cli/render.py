@@ -74,7 +74,10 @@ def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
         ("latest run", lambda r: short[r["run_id"]] if r["run_id"] else "-", _ID, 0),
     ]
     shown = [c for c in columns if width is None or width >= c[3]]
-    table = Table(title=escape(f"batch {report['batch_id']} ({report.get('job')})"))
+    title = f"batch {report['batch_id']} ({report.get('job')})"
+    if report.get("schedule"):
+        title += f", schedule {report['schedule']['name']} fire {report['schedule']['fire_time']}"
+    table = Table(title=escape(title))
     for header, _cell, options, _min in shown:
         table.add_column(header, overflow="fold", **options)
     for row in rows:

@@ -41,6 +41,8 @@ __all__ = [
     "dispatch_outbox",
     "fleet_state",
     "metadata",
+    "schedule_fires",
+    "schedules",
     "session_inbox",
     "sessions",
 ]
@@ -175,4 +177,52 @@ fleet_state = Table(
     Column("key", String(100), primary_key=True),
     Column("value", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+#: Added by migration 0006: schedules (issue 14, DESIGN.md section 8).  The
+#: definition is one JSON document; ``version`` is the compare-and-set token
+#: of every decision; a removed schedule keeps its row (its fires refer to it)
+#: and frees its name.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", String(64), primary_key=True),
+    Column("name", String(100), nullable=False),
+    Column("definition_json", Json, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("cursor_at", DateTime(timezone=True), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("paused_at", DateTime(timezone=True), nullable=True),
+    Column("removed_at", DateTime(timezone=True), nullable=True),
+    Index(
+        "uq_schedules_live_name",
+        "name",
+        unique=True,
+        postgresql_where=text("removed_at IS NULL"),
+        sqlite_where=text("removed_at IS NULL"),
+    ),
+)
+
+#: One decision per (schedule, scheduled fire time): the primary key is what
+#: makes two beats, a restart or a repeated tick decide a fire once.
+schedule_fires = Table(
+    "schedule_fires",
+    metadata,
+    Column("schedule_id", String(64), ForeignKey("schedules.schedule_id"), primary_key=True),
+    Column("fire_time", DateTime(timezone=True), primary_key=True),
+    Column("due_at", DateTime(timezone=True), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("outcome", String(32), nullable=False),
+    Column("batch_id", String(64), nullable=True),
+    Column("decided_at", DateTime(timezone=True), nullable=False),
+    Column("decided_by", String(200), nullable=False),
+    Column("dispatched_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("detail_json", Json, nullable=False),
+    Index("ix_schedule_fires_outcome", "outcome"),
+    Index("ix_schedule_fires_batch", "batch_id"),
 )

@@ -7,15 +7,16 @@ crash between the commit and the publish leaves an unpublished outbox row
 that :meth:`Dispatcher.publish_pending` (the sweeper) publishes later.
 
 Creating a session with an idempotency key the ledger already holds returns
-the existing session and publishes nothing new (issue 2 item 9; schedules use
-``schedule name + fire time`` as the key, DESIGN.md section 8).
+the existing session and publishes nothing new (issue 2 item 9; a schedule's
+fire uses ``schedule id + fire time + repository`` as the key, DESIGN.md
+section 8, ``nahida_workers/schedules/policy.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, Se
 from nahida_workers.ports import Clock, Ledger, TaskQueue
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id"]
+__all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id", "provider_labels"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,12 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def provider_labels(spec: SessionSpec) -> tuple[str, str]:
+    """``(provider name, model)`` recorded on a session's runs."""
+    provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
+    return provider, str(spec.provider.get("model") or provider)
+
+
 @dataclass
 class Dispatcher:
     """Creates sessions and publishes their tasks through the outbox."""
@@ -46,14 +53,53 @@ class Dispatcher:
     clock: Clock
     ids: Callable[[], str] = field(default=new_id)
 
-    def create_batch(self, job_name: str, spec: dict[str, object]) -> BatchRecord:
-        """Record a batch (a job applied to many workspaces)."""
+    def create_batch(
+        self, job_name: str, spec: dict[str, object], *, batch_id: str | None = None
+    ) -> BatchRecord:
+        """Record a batch (a job applied to many workspaces).
+
+        ``batch_id`` defaults to a new random id; a schedule passes the id
+        derived from its fire, so every beat names the same batch.
+
+        Raises:
+            LedgerIntegrityError: a batch with ``batch_id`` exists.
+        """
         batch = BatchRecord(
-            batch_id=self.ids(), job_name=job_name, created_at=self.clock.now(), spec=spec
+            batch_id=batch_id or self.ids(),
+            job_name=job_name,
+            created_at=self.clock.now(),
+            spec=spec,
         )
         with self.ledger.transaction() as tx:
             self.ledger.create_batch(tx, batch)
         return batch
+
+    def submit_all(
+        self,
+        spec: SessionSpec,
+        workspaces: Sequence[str],
+        *,
+        batch_id: str,
+        key: Callable[[str], str],
+    ) -> list[tuple[SessionRecord, bool]]:
+        """One session per workspace in ``batch_id``, each under the idempotency key ``key(ws)``.
+
+        The batch path shared by ``nahida batch`` and schedule fires: a
+        workspace whose key is already known gets its existing session back
+        (``created`` False) and nothing is written or published for it.
+        """
+        provider, model = provider_labels(spec)
+        return [
+            self.submit(
+                spec,
+                workspace=workspace,
+                batch_id=batch_id,
+                idempotency_key=key(workspace),
+                provider_name=provider,
+                model=model,
+            )
+            for workspace in workspaces
+        ]
 
     def submit(
         self,

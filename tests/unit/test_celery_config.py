@@ -40,3 +40,15 @@ def test_importing_the_app_reads_no_environment() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "imported" in done.stdout
+
+
+def test_beat_ticks_the_schedules_next_to_the_sweeper() -> None:
+    """Issue 14: beat sends the schedule tick; stale ticks expire (the next one decides)."""
+    from tasks.celeryconfig import SCHEDULE_TICK, SWEEP
+
+    conf = celery_config(_settings(schedule_tick_s=2))
+    beat = {entry["task"]: entry for entry in conf["beat_schedule"].values()}
+    assert set(beat) == {SWEEP, SCHEDULE_TICK}
+    assert beat[SCHEDULE_TICK]["schedule"] == 2
+    assert beat[SCHEDULE_TICK]["options"]["expires"] == 4
+    assert conf["task_routes"][SCHEDULE_TICK] == {"queue": "sessions"}

@@ -112,3 +112,10 @@ def test_watch_jsonl_prints_one_unwrapped_json_object_per_event(
     lines = result.output.splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["commentary", "done"]
     assert json.loads(lines[0])["data"]["text"] == long_text
+
+
+def test_the_overlap_choices_are_the_schedule_models() -> None:
+    from nahida_workers.cli.schedule_cmds import OverlapChoice
+    from nahida_workers.schedules.model import Overlap
+
+    assert [c.value for c in OverlapChoice] == [o.value for o in Overlap]

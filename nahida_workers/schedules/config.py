@@ -1,0 +1,185 @@
+"""Schedule definitions from the command line or ``config/schedules.yaml`` (issue 14 items 1, 5).
+
+Both go through :func:`build_definition`: the job is loaded and validated
+(its provider built, its tools resolved -- a typo is a usage error now, not
+a failed fire at 3 a.m.), the repositories must be directories, and the
+result is a :class:`ScheduleDef` with the job snapshot inside.
+
+Relative paths (job files, repositories, ``repos_from`` files and their
+lines) resolve against the current directory, as ``nahida batch`` does.
+
+The file format::
+
+    schedules:
+      - name: nightly-corpus-survey
+        job: config/jobs/repo-survey.yaml     # a job file, or an inline mapping
+        repos_from: corpus/repos.txt          # or repos: [path, ...]
+        cron: "0 3 * * *"                     # or every: 10m
+        timezone: Europe/Berlin
+        overlap: skip                         # buffer_one | allow | cancel_previous
+        catchup_window: 1h
+        jitter: 5m
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nahida_workers.errors import ConfigError, UserError
+from nahida_workers.runtime.spec import JobSpec, load_job
+from nahida_workers.schedules.model import Overlap, ScheduleDef, parse_duration
+from nahida_workers.settings import Settings
+
+__all__ = ["ScheduleEntry", "build_definition", "load_schedules_file", "resolve_repos"]
+
+
+def resolve_repos(repos: Sequence[str | Path], repos_from: str | Path | None) -> tuple[str, ...]:
+    """Absolute, de-duplicated repository paths, in order.
+
+    Raises:
+        UserError: none given, a list file unreadable, or a path not a directory.
+    """
+    paths = [Path(p) for p in repos]
+    if repos_from is not None:
+        try:
+            lines = Path(repos_from).read_text("utf-8").splitlines()
+        except OSError as exc:
+            raise UserError(f"cannot read {repos_from}: {exc}") from None
+        paths += [Path(s.strip()) for s in lines if s.strip() and not s.lstrip().startswith("#")]
+    if not paths:
+        raise UserError("no repositories: pass --repo PATH (repeatable) or --repos-from FILE")
+    resolved = []
+    for path in paths:
+        if not path.is_dir():
+            raise UserError(f"not a directory: {path}")
+        resolved.append(str(path.resolve()))
+    return tuple(dict.fromkeys(resolved))
+
+
+def _job(job: str | Path | dict[str, Any]) -> tuple[JobSpec, str | None]:
+    if isinstance(job, dict):
+        try:
+            return JobSpec.model_validate(job), None
+        except ValidationError as exc:
+            raise ConfigError(f"invalid inline job: {exc.errors()[0]['msg']}") from None
+    return load_job(job), str(Path(job).resolve())
+
+
+def _check_runnable(job: JobSpec, settings: Settings) -> None:
+    """Build the job's tools and provider once, as ``nahida batch`` does before dispatching."""
+    from nahida_workers.runtime.wiring import provider_for, registry_for
+
+    spec = job.session_spec()
+    registry_for(spec, settings)
+    close = getattr(provider_for(spec), "close", None)
+    if callable(close):
+        close()
+
+
+def build_definition(
+    *,
+    name: str,
+    job: str | Path | dict[str, Any],
+    repos: Sequence[str | Path] = (),
+    repos_from: str | Path | None = None,
+    cron: str | None = None,
+    every: str | float | None = None,
+    timezone: str = "UTC",
+    overlap: Overlap | str = Overlap.SKIP,
+    catchup_window: str | float = 300,
+    jitter: str | float = 0,
+    settings: Settings,
+) -> ScheduleDef:
+    """A validated definition (job snapshot, absolute repositories, durations in seconds).
+
+    Raises:
+        ConfigError: the job, a duration, the cron expression, the time zone
+            or a policy is invalid (the message names it).
+        UserError: a repository is missing.
+    """
+    spec, job_path = _job(job)
+    _check_runnable(spec, settings)
+    try:
+        window_s = parse_duration(catchup_window)
+    except ValueError as exc:
+        raise ConfigError(f"schedule {name}: {exc}") from None
+    if window_s <= settings.schedule_tick_s:
+        # A fire is decided by the first tick after it: up to one tick late.
+        raise ConfigError(
+            f"schedule {name}: the catch-up window ({window_s:g}s) must exceed the tick "
+            f"interval NAHIDA_SCHEDULE_TICK_S ({settings.schedule_tick_s:g}s), or on-time "
+            "fires are recorded missed"
+        )
+    try:
+        return ScheduleDef(
+            name=name,
+            job=spec.model_dump(mode="json"),
+            job_path=job_path,
+            repos=resolve_repos(repos, repos_from),
+            cron=cron,
+            every_s=None if every is None else parse_duration(every),
+            timezone=timezone,
+            overlap=Overlap(overlap),
+            catchup_window_s=window_s,
+            jitter_s=parse_duration(jitter),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "schedule"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"schedule {name}: {where}: {message}") from None
+    except ValueError as exc:  # a duration or an unknown overlap policy
+        raise ConfigError(f"schedule {name}: {exc}") from None
+
+
+class ScheduleEntry(BaseModel):
+    """One entry of ``config/schedules.yaml`` (durations as text: ``30s``, ``1h``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    job: str | dict[str, Any]
+    repos: list[str] = Field(default_factory=list)
+    repos_from: str | None = None
+    cron: str | None = None
+    every: str | int | float | None = None
+    timezone: str = "UTC"
+    overlap: str = Overlap.SKIP.value
+    catchup_window: str | int | float = "5m"
+    jitter: str | int | float = "0s"
+
+
+def load_schedules_file(path: str | Path, settings: Settings) -> list[ScheduleDef]:
+    """Every schedule of a YAML file, validated; none is stored if one is invalid.
+
+    Raises:
+        ConfigError: unreadable file, bad format, an invalid entry, a duplicate name.
+        UserError: a repository is missing.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    entries = data.get("schedules") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: expected a mapping with a 'schedules' list")
+    definitions: list[ScheduleDef] = []
+    for i, raw in enumerate(entries):
+        try:
+            entry = ScheduleEntry.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise ConfigError(f"{path}: schedules[{i}].{where}: {first['msg']}") from None
+        definitions.append(build_definition(settings=settings, **entry.model_dump()))
+    names = [d.name for d in definitions]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{path}: schedule names must be unique: {', '.join(duplicates)}")
+    return definitions

@@ -1,0 +1,101 @@
+"""Definitions from flags or a schedules file: validated before anything is stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nahida_workers.errors import ConfigError, UserError
+from nahida_workers.schedules.config import build_definition, load_schedules_file
+from nahida_workers.schedules.model import Overlap
+from nahida_workers.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[3]
+SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
+
+
+def _settings() -> Settings:
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def _build(tmp_path: Path, **fields: object):  # type: ignore[no-untyped-def]
+    fields.setdefault("every", "10s")
+    fields.setdefault("job", SURVEY)
+    return build_definition(
+        name="n",
+        repos=[tmp_path],
+        settings=_settings(),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_a_definition_snapshots_the_job_and_resolves_paths(tmp_path: Path) -> None:
+    d = _build(tmp_path, catchup_window="1h", jitter="30s", overlap="buffer_one")
+    assert d.job["name"] == "repo-survey" and d.job["provider"]["script"]["turns"]
+    assert d.job_path == str(SURVEY.resolve())
+    assert d.repos == (str(tmp_path.resolve()),)
+    assert (d.every_s, d.catchup_window_s, d.jitter_s, d.overlap) == (
+        10,
+        3600,
+        30,
+        Overlap.BUFFER_ONE,
+    )
+    assert _build(tmp_path, catchup_window="1h", jitter="30s", overlap="buffer_one") == d
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"every": None, "cron": "* * *"}, "invalid cron expression"),
+        ({"cron": "* * * * *"}, "exactly one of cron and every"),
+        ({"every": "soon"}, "not a duration"),
+        ({"timezone": "Mars/Base", "every": None, "cron": "0 3 * * *"}, "unknown time zone"),
+        ({"overlap": "sometimes"}, "not a valid Overlap"),
+        ({"catchup_window": "5s"}, "must exceed the tick interval"),
+        ({"catchup_window": "forever"}, "not a duration"),
+        ({"job": {"name": "x"}}, "invalid inline job"),
+        ({"job": {"name": "x", "prompt": "p", "tools": ["Nope"]}}, "unknown tool"),
+        ({"job": {"name": "x", "prompt": "p", "tools": ["Glob"]}}, "scripted provider needs"),
+    ],
+)
+def test_bad_input_is_a_config_error_naming_it(
+    tmp_path: Path, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _build(tmp_path, **fields)
+
+
+def test_missing_repositories_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not a directory"):
+        build_definition(
+            name="n", job=SURVEY, repos=[tmp_path / "x"], every=5, settings=_settings()
+        )
+    with pytest.raises(UserError, match="no repositories"):
+        build_definition(name="n", job=SURVEY, every=5, settings=_settings())
+
+
+def test_a_schedules_file_is_validated_whole(tmp_path: Path) -> None:
+    listing = tmp_path / "repos.txt"
+    listing.write_text(f"# comment\n{tmp_path}\n\n{tmp_path}\n")
+    good = tmp_path / "ok.yaml"
+    good.write_text(
+        f"schedules:\n  - name: a\n    job: {SURVEY}\n    repos_from: {listing}\n    every: 1m\n"
+        f"  - name: b\n    job: {{name: inline, prompt: hi, tools: [Glob],\n"
+        f"          provider: {{kind: scripted, script: {{turns: [{{text: hi}}]}}}}}}\n"
+        f"    repos: [{tmp_path}]\n    cron: '0 3 * * *'\n    timezone: America/New_York\n"
+    )
+    a, b = load_schedules_file(good, _settings())
+    assert a.repos == (str(tmp_path.resolve()),) and a.every_s == 60
+    assert b.job_path is None and b.job["name"] == "inline" and b.timezone == "America/New_York"
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(good.read_text().replace("name: b", "name: a"))
+    with pytest.raises(ConfigError, match="unique: a"):
+        load_schedules_file(dup, _settings())
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(good.read_text().replace("every: 1m", "evry: 1m"))
+    with pytest.raises(ConfigError, match=r"schedules\[0\]\.evry"):
+        load_schedules_file(typo, _settings())
+    with pytest.raises(ConfigError, match="'schedules' list"):
+        (tmp_path / "empty.yaml").write_text("{}\n")
+        load_schedules_file(tmp_path / "empty.yaml", _settings())

@@ -1,0 +1,234 @@
+"""Next-fire computation across DST changes and time zones (issue 14, pure).
+
+Cron fields match wall-clock time in the schedule's zone: a wall time that
+does not exist (spring forward) fires once at the end of the gap; a wall
+time that occurs twice (fall back) fires once, at its first occurrence.
+Intervals are absolute (multiples since the Unix epoch) and DST-blind.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nahida_workers.schedules.model import ScheduleDef, parse_duration
+from nahida_workers.schedules.timing import (
+    fire_times,
+    iso,
+    jitter_offset,
+    next_fire,
+    previous_fire,
+)
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def cron(expr: str, tz: str = "UTC") -> ScheduleDef:
+    return ScheduleDef(name="t", job={}, repos=("/r",), cron=expr, timezone=tz)
+
+
+def every(seconds: float) -> ScheduleDef:
+    return ScheduleDef(name="t", job={}, repos=("/r",), every_s=seconds)
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def local(zone: ZoneInfo, *args: int, fold: int = 0) -> datetime:
+    return datetime(*args, tzinfo=zone, fold=fold)
+
+
+def day_fires(definition: ScheduleDef, zone: ZoneInfo, y: int, m: int, d: int) -> list[datetime]:
+    """Fires during the local calendar day, as local times."""
+    start = datetime(y, m, d, tzinfo=zone)
+    end = start + timedelta(days=1)
+    found = fire_times(definition, start - timedelta(microseconds=1), end, limit=1000)
+    return [f.astimezone(zone) for f in found if f < end.astimezone(UTC)]
+
+
+# -- Europe/Berlin ------------------------------------------------------------------
+
+
+def test_berlin_spring_forward_0230_fires_once_at_the_end_of_the_gap() -> None:
+    """2026-03-29: 02:00 CET jumps to 03:00 CEST; 02:30 does not exist."""
+    nightly = cron("30 2 * * *", "Europe/Berlin")
+    fires = day_fires(nightly, BERLIN, 2026, 3, 29)
+    assert fires == [local(BERLIN, 2026, 3, 29, 3, 0)]
+    assert fires[0].astimezone(UTC) == utc(2026, 3, 29, 1, 0)
+    # the days around it are ordinary
+    assert day_fires(nightly, BERLIN, 2026, 3, 28) == [local(BERLIN, 2026, 3, 28, 2, 30)]
+    assert day_fires(nightly, BERLIN, 2026, 3, 30) == [local(BERLIN, 2026, 3, 30, 2, 30)]
+    assert next_fire(nightly, utc(2026, 3, 28, 12)) == utc(2026, 3, 29, 1, 0)
+    assert next_fire(nightly, utc(2026, 3, 29, 1, 0)) == utc(2026, 3, 30, 0, 30)
+
+
+def test_berlin_fall_back_0230_fires_once_at_its_first_occurrence() -> None:
+    """2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30 happens twice."""
+    nightly = cron("30 2 * * *", "Europe/Berlin")
+    fires = day_fires(nightly, BERLIN, 2026, 10, 25)
+    assert len(fires) == 1
+    assert fires[0].astimezone(UTC) == utc(2026, 10, 25, 0, 30)  # 02:30 CEST
+    # asking from between the two occurrences skips the second one
+    between = utc(2026, 10, 25, 0, 45)
+    assert next_fire(nightly, between) == utc(2026, 10, 26, 1, 30)  # 02:30 CET next day
+    assert next_fire(nightly, utc(2026, 10, 25, 1, 30)) == utc(2026, 10, 26, 1, 30)
+
+
+def test_berlin_hourly_on_both_dst_days() -> None:
+    hourly = cron("0 * * * *", "Europe/Berlin")
+    spring = day_fires(hourly, BERLIN, 2026, 3, 29)
+    assert len(spring) == 23  # a 23-hour day, no 02:00
+    assert [f.hour for f in spring[:3]] == [0, 1, 3]
+    autumn = day_fires(hourly, BERLIN, 2026, 10, 25)
+    assert len(autumn) == 24  # each wall time once; the repeated 02:00 fires at its first
+    assert [f.hour for f in autumn[:4]] == [0, 1, 2, 3]
+    assert autumn[2].astimezone(UTC) == utc(2026, 10, 25, 0, 0)
+    utcs = [f.astimezone(UTC) for f in spring + autumn]
+    assert utcs == sorted(set(utcs)), "fire times strictly increase"
+
+
+def test_berlin_quarter_hours_in_the_gap_collapse_to_one_fire() -> None:
+    quarterly = cron("*/15 * * * *", "Europe/Berlin")
+    fires = [f.astimezone(UTC) for f in day_fires(quarterly, BERLIN, 2026, 3, 29)]
+    assert len(fires) == 23 * 4
+    assert utc(2026, 3, 29, 1, 0) in fires  # 03:00 CEST, once
+    assert fires == sorted(set(fires))
+
+
+# -- America/New_York ----------------------------------------------------------------
+
+
+def test_new_york_spring_forward_and_fall_back() -> None:
+    nightly = cron("30 2 * * *", "America/New_York")
+    # 2026-03-08: 02:00 EST -> 03:00 EDT
+    assert day_fires(nightly, NEW_YORK, 2026, 3, 8) == [local(NEW_YORK, 2026, 3, 8, 3, 0)]
+    early = cron("30 1 * * *", "America/New_York")
+    # 2026-11-01: 02:00 EDT -> 01:00 EST; 01:30 happens twice, fires once (EDT)
+    fires = day_fires(early, NEW_YORK, 2026, 11, 1)
+    assert [f.astimezone(UTC) for f in fires] == [utc(2026, 11, 1, 5, 30)]
+    assert next_fire(early, utc(2026, 11, 1, 5, 30)) == utc(2026, 11, 2, 6, 30)
+
+
+@pytest.mark.parametrize(
+    ("tz", "expected_utc_hour", "expected_utc_minute"),
+    [("UTC", 3, 0), ("Asia/Kolkata", 21, 30), ("America/New_York", 8, 0), ("Europe/Berlin", 2, 0)],
+)
+def test_the_same_cron_in_different_zones(
+    tz: str, expected_utc_hour: int, expected_utc_minute: int
+) -> None:
+    """`0 3 * * *` on 2026-01-15 local: the zone decides the instant."""
+    definition = cron("0 3 * * *", tz)
+    fire = next_fire(definition, utc(2026, 1, 14, 12))
+    assert fire.tzinfo is not None
+    assert fire.astimezone(ZoneInfo(tz)).hour == 3
+    assert (fire.hour, fire.minute) == (expected_utc_hour, expected_utc_minute)
+
+
+def test_previous_fire_mirrors_next_fire_across_dst() -> None:
+    nightly = cron("30 2 * * *", "Europe/Berlin")
+    assert previous_fire(nightly, utc(2026, 3, 30, 12)) == utc(2026, 3, 30, 0, 30)
+    assert previous_fire(nightly, utc(2026, 3, 30, 0, 30)) == utc(2026, 3, 29, 1, 0)
+    assert previous_fire(nightly, utc(2026, 10, 26, 0)) == utc(2026, 10, 25, 0, 30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2028, 1, 1)),
+    st.sampled_from(["30 2 * * *", "0 * * * *", "*/15 * * * *", "0 1-3 * * 0", "45 23 28-31 * *"]),
+    st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]),
+)
+def test_next_and_previous_are_consistent(start: datetime, expr: str, tz: str) -> None:
+    """next(t) > t, previous(next(t)) < next(t), no fire between t and next(t)."""
+    definition = cron(expr, tz)
+    after = start.replace(tzinfo=UTC)
+    nxt = next_fire(definition, after)
+    assert nxt > after
+    assert fire_times(definition, after, nxt, limit=10) == [nxt]
+    assert previous_fire(definition, nxt) <= after
+    assert next_fire(definition, previous_fire(definition, nxt)) == nxt
+
+
+# -- intervals ----------------------------------------------------------------------
+
+
+def test_interval_fires_at_multiples_since_the_epoch_whatever_the_zone() -> None:
+    two = every(2)
+    assert next_fire(two, utc(2026, 1, 1, 0, 0, 0)) == utc(2026, 1, 1, 0, 0, 2)
+    assert next_fire(two, utc(2026, 1, 1, 0, 0, 1)) == utc(2026, 1, 1, 0, 0, 2)
+    assert previous_fire(two, utc(2026, 1, 1, 0, 0, 2)) == utc(2026, 1, 1, 0, 0, 0)
+    fires = fire_times(two, utc(2026, 1, 1), utc(2026, 1, 1, 0, 0, 10), limit=100)
+    assert [f.second for f in fires] == [2, 4, 6, 8, 10]
+    # across the Berlin DST change an hourly interval stays 3600 s apart
+    hourly = every(3600)
+    across = fire_times(hourly, utc(2026, 3, 28, 23), utc(2026, 3, 29, 4), limit=10)
+    assert all((b - a).total_seconds() == 3600 for a, b in itertools.pairwise(across))
+
+
+def test_fire_times_respects_its_limit_and_bounds() -> None:
+    minute = cron("* * * * *")
+    fires = fire_times(minute, utc(2026, 1, 1), utc(2026, 1, 2), limit=5)
+    assert fires == [utc(2026, 1, 1, 0, m) for m in range(1, 6)]
+    assert fire_times(minute, utc(2026, 1, 1, 0, 0, 30), utc(2026, 1, 1, 0, 0, 59), limit=5) == []
+    assert fire_times(minute, utc(2026, 1, 1, 0, 0, 0, 500), utc(2026, 1, 1, 0, 1), limit=5) == [
+        utc(2026, 1, 1, 0, 1)
+    ]
+
+
+def test_naive_instants_are_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        next_fire(every(2), datetime(2026, 1, 1))
+
+
+# -- jitter, iso, durations ----------------------------------------------------------
+
+
+def test_jitter_is_deterministic_bounded_and_varies() -> None:
+    fire = utc(2026, 1, 1, 3)
+    a = jitter_offset("sched-1", fire, 30)
+    assert a == jitter_offset("sched-1", fire, 30)  # two beats agree
+    assert timedelta(0) <= a < timedelta(seconds=30)
+    offsets = {jitter_offset("sched-1", fire + timedelta(days=d), 30) for d in range(20)}
+    assert len(offsets) > 10
+    assert jitter_offset("sched-1", fire, 0) == timedelta(0)
+
+
+def test_iso_is_utc_with_milliseconds() -> None:
+    berlin = datetime(2026, 3, 29, 3, 0, 0, 123456, tzinfo=BERLIN)
+    assert iso(berlin) == "2026-03-29T01:00:00.123Z"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("2d", 172800), ("500ms", 0.5), (7, 7)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1x", "h", "1h 2", "-5s", "5 minutes"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"cron": "61 * * * *"}, "invalid cron"),
+        ({"cron": "0 3 * * * *"}, "invalid cron"),
+        ({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "unknown time zone"),
+        ({"cron": "0 3 * * *", "every_s": 5}, "exactly one"),
+        ({}, "exactly one"),
+        ({"every_s": 0.5}, "greater than or equal"),
+    ],
+)
+def test_invalid_definitions_name_the_problem(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ScheduleDef(name="t", job={}, repos=("/r",), **fields)
