@@ -34,6 +34,7 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
+from nahida_workers.runtime.dispatcher import provider_labels
 from nahida_workers.runtime.spec import JobSpec, validation_summary
 from nahida_workers.runtime.wiring import Fleet, provider_for, registry_for
 
@@ -124,7 +125,7 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
         workspace = Path(body.workspace)
         if not workspace.is_absolute() or not workspace.is_dir():
             raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
-        provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
+        provider, model = provider_labels(spec)
         delivered = True
         wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
         try:
@@ -134,7 +135,7 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
                 idempotency_key=body.idempotency_key,
                 session_id=wanted_id,
                 provider_name=provider,
-                model=str(spec.provider.get("model") or provider),
+                model=model,
             )
         except Exception as exc:
             if not is_delivery_failure(exc):
