@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nahida_workers.core.events import (
@@ -46,10 +45,11 @@ from nahida_workers.core.events import (
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy.detectors import Claim, claims
 from nahida_workers.errors import ConfigError
-from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec
+from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec, validation_summary
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings
 from nahida_workers.testing import memory_runner, run_inline
+from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
     "CATEGORIES",
@@ -144,10 +144,7 @@ def load_eval_set(path: str | Path = DEFAULT_SET) -> list[EvalCase]:
             (the message names it), or two entries share a name.
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read evaluation set {path}: {exc}") from None
+    data = read_yaml_file(path, what="evaluation set")
     entries = data.get("sessions") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"evaluation set {path} must hold a non-empty list of sessions")
@@ -157,7 +154,8 @@ def load_eval_set(path: str | Path = DEFAULT_SET) -> list[EvalCase]:
             cases.append(EvalCase.model_validate(entry))
         except ValidationError as exc:
             name = entry.get("name", f"#{index}") if isinstance(entry, dict) else f"#{index}"
-            raise ConfigError(f"invalid session {name} in {path}:\n{exc}") from None
+            detail = validation_summary(exc)
+            raise ConfigError(f"invalid session {name} in {path}: {detail}") from None
     names = [c.name for c in cases]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -12,12 +12,13 @@ Redis key prefixes and other fixed names live here as constants.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "EMBEDDED_URLS",
     "LEASE_KEY_TEMPLATE",
     "SESSIONS_QUEUE",
     "TOOLS_QUEUE",
@@ -31,6 +32,13 @@ LEASE_KEY_TEMPLATE = "lease:session:{session_id}"
 SESSIONS_QUEUE = "sessions"
 #: Celery queue that carries fanned-out read-only tool calls.
 TOOLS_QUEUE = "tools"
+#: Settings overrides that make the embedded mode (the CLI adds the SQLite ``database_url``).
+EMBEDDED_URLS: dict[str, object] = {
+    "broker_url": "memory://localhost/",
+    "result_backend_url": "cache+memory://localhost/",
+    "redis_url": "fakeredis://",
+    "remote_tools": False,
+}
 
 
 class Settings(BaseSettings):
@@ -65,8 +73,16 @@ class Settings(BaseSettings):
     tool_placement: dict[str, str] = Field(default_factory=dict)
     extra_tools: list[str] = Field(default_factory=list)
 
-    # -- maintenance ---------------------------------------------------------
+    # -- operations (issue 16) -----------------------------------------------
+    # Prometheus: 0 = off.  With PROMETHEUS_MULTIPROC_DIR set, every process
+    # writes its samples there and one port serves them all (see metrics.py).
     metrics_port: int = Field(0, ge=0, le=65535)
+    # ``text`` (human) or ``json`` (one object per line with run, session and trace ids).
+    log_format: Literal["text", "json"] = "text"
+    # Bearer token of ``nahida serve``; empty = no token, and the server binds 127.0.0.1 only.
+    api_token: SecretStr = SecretStr("")
+    # Largest request body ``nahida serve`` reads, in bytes.
+    api_max_body_bytes: int = Field(256 * 1024, ge=1024)
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)
@@ -81,6 +97,16 @@ class Settings(BaseSettings):
     # Beat sends one tick task this often; a schedule's catch-up window must
     # exceed it, or an on-time fire can be recorded missed.
     schedule_tick_s: float = Field(5.0, gt=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _psycopg_driver(cls, url: str) -> str:
+        # ``postgres://`` and ``postgresql://`` (what hosting providers print)
+        # name the same server; the ledger speaks to it through psycopg 3.
+        for scheme in ("postgres://", "postgresql://"):
+            if url.startswith(scheme):
+                return "postgresql+psycopg://" + url[len(scheme) :]
+        return url
 
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:

@@ -12,7 +12,12 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_process_init,
+    worker_ready,
+)
 
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
@@ -80,12 +85,22 @@ def fleet() -> Fleet:
 
 @worker_ready.connect
 def _expose_metrics(**_: Any) -> None:
-    # Prometheus counters of this worker (issue 5): NAHIDA_METRICS_PORT, 0 = off.
+    # Prometheus metrics (issue 16): NAHIDA_METRICS_PORT, 0 = off; see metrics.py.
     port = settings().metrics_port
     if port:
-        from prometheus_client import start_http_server
+        from nahida_workers.metrics import serve_metrics
 
-        start_http_server(port)
+        serve_metrics(port)
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _log_format(logger: Any = None, **_: Any) -> None:
+    # Every line says which session, run and trace it is about (issue 16);
+    # NAHIDA_LOG_FORMAT=json makes each line one JSON object.
+    from nahida_workers.logs import configure_logging
+
+    configure_logging(settings().log_format, logger)
 
 
 @worker_process_init.connect

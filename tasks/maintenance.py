@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from nahida_workers import metrics
 from nahida_workers.ports import Ledger
 from nahida_workers.runtime.sweeper import Sweeper
 from tasks.app import app, fleet
@@ -59,6 +60,7 @@ def sweep() -> dict[str, object]:
         broker_reset=broker_reset,
         runner=current.runner,
     ).sweep()
+    metrics.observe_sweep(report, current.ledger, current.leases)
     return {
         "outbox_published": report.outbox_published,
         "redispatched": list(report.redispatched),

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from nahida_workers.errors import RunError
+from nahida_workers.logs import bind_log_context
 from tasks.app import app, fleet
 from tasks.celeryconfig import RUN_SESSION
 
@@ -30,6 +31,7 @@ def run_session(self: Any, session_id: str) -> str:
     infrastructure failure re-publishes the task with a backoff; the ledger
     already holds every fact committed before it.
     """
+    bind_log_context(session_id=session_id, run_id=None, trace_id=None)
     try:
         outcome = fleet().runner.run(session_id)
     except RunError as exc:

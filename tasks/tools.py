@@ -22,6 +22,7 @@ from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import ABORTED_TEXT
 from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import LedgerUnavailableError
+from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Ledger
 from nahida_workers.runtime.calls import (
     CallJob,
@@ -138,6 +139,7 @@ def run_tool_call(payload: dict[str, Any]) -> dict[str, Any]:
     has since lost the session is not run (it comes back ``aborted``).
     """
     current = fleet()
+    bind_log_context(session_id=payload["session_id"], run_id=payload["run_id"], trace_id=None)
     call = ToolCall.model_validate(payload["call"])
     job = CallJob(
         run_id=payload["run_id"],

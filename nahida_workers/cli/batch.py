@@ -4,31 +4,55 @@ The job is validated before anything is dispatched (its provider is built and
 its tools resolved), so a typo is a usage error, not a session that never
 ends.  Sessions get the idempotency key ``{batch_id}:{repo}``: ``--resume
 BATCH_ID`` finds the sessions an interrupted batch already created, runs none
-of them twice, and re-publishes the ones not finished.
+of them twice, and re-publishes the ones not finished; it refuses a
+different job or repository list (the batch row records both).
+
+What the user is told (issue 16 items 3, 6, 7):
+
+* the broker is down after the ledger recorded the sessions: "recorded; will
+  be delivered when the broker is back" (exit 4), never "unreachable";
+* no worker consumes the ``sessions`` queue within :data:`NO_WORKER_AFTER_S`:
+  said once, with the command that starts one;
+* ``--timeout``: exit 5 and the ``--resume`` hint;
+* Ctrl-C (:mod:`nahida_workers.cli.interrupt`): the right count, exit 130
+  within 2 s; a second Ctrl-C exits at once;
+* a ledger outage shorter than ``NAHIDA_LEDGER_OUTAGE_S`` is ridden out like
+  the workers do (:mod:`nahida_workers.runtime.outage`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
+from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.errors import NotFoundError
+from nahida_workers.errors import UserError
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.outage import read_through_outage
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
 from nahida_workers.runtime.wiring import Fleet, build_fleet, provider_for, registry_for
-from nahida_workers.settings import Settings
+from nahida_workers.settings import SESSIONS_QUEUE, Settings
 
-__all__ = ["BatchOptions", "run_batch"]
+__all__ = ["BatchOptions", "check_resume", "run_batch"]
 
 #: Seconds between two reads of the batch's progress.
 POLL_S = 0.2
+#: Seconds after which a distributed batch none of whose sessions started
+#: checks whether any worker consumes the ``sessions`` queue.
+NO_WORKER_AFTER_S = 5.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,6 +68,21 @@ class BatchOptions:
     resume: str | None
 
 
+class _Deferred(Exception):
+    """Raised by :class:`_RecordOnly` instead of publishing."""
+
+
+class _RecordOnly:
+    """A TaskQueue that publishes nothing: the outbox row stays pending.
+
+    Used once the broker failed: the rest of the batch is still recorded, and
+    the sweeper (beat) publishes every pending outbox row when it is back.
+    """
+
+    def publish_session(self, session_id: str, *, task_id: str) -> None:
+        raise _Deferred(session_id)
+
+
 def _validate(spec: SessionSpec, settings: Settings) -> None:
     """Build the provider and the tools once: a config error stops here (exit 2)."""
     registry_for(spec, settings)
@@ -52,8 +91,43 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
         close()
 
 
+def batch_spec(options: BatchOptions) -> dict[str, Any]:
+    """What the batch row records: the job and the repository list (for ``--resume``)."""
+    return {
+        "job": options.job.model_dump(mode="json"),
+        "repos": [str(p) for p in options.repos],
+    }
+
+
+def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str) -> None:
+    """Refuse ``--resume`` with a different job or repository list.
+
+    Raises:
+        UserError: the job or the repositories differ from the batch's (the
+            message names what differs).
+    """
+    wanted = batch_spec(options)
+    job = recorded.get("job", recorded)  # batches before issue 16 recorded the job only
+    if job != wanted["job"]:
+        keys = sorted(
+            k for k in set(job) | set(wanted["job"]) if job.get(k) != wanted["job"].get(k)
+        )
+        raise UserError(
+            f"--resume {batch_id}: the job differs from the batch's ({', '.join(keys)}); "
+            "resume with the job file the batch started with"
+        )
+    repos = recorded.get("repos")
+    if repos is not None and sorted(repos) != sorted(wanted["repos"]):
+        added = len(set(wanted["repos"]) - set(repos))
+        missing = len(set(repos) - set(wanted["repos"]))
+        raise UserError(
+            f"--resume {batch_id}: the repository list differs from the batch's "
+            f"({added} added, {missing} missing); resume with the same --repo/--repos-from"
+        )
+
+
 def run_batch(options: BatchOptions, settings: Settings, console: Console, err: Console) -> int:
-    """Run (or resume) a batch; returns the exit code (0 iff every session completed)."""
+    """Run (or resume) a batch; returns the exit code (:class:`ExitCode`)."""
     from tasks.app import CeleryTaskQueue, configure
     from tasks.app import app as celery_app
     from tasks.embedded import embedded_worker
@@ -63,71 +137,182 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     configure(settings)
     fleet = build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True)
     started = datetime.now(UTC)
-    if options.resume is not None:
-        if fleet.ledger.get_batch(options.resume) is None:
-            raise NotFoundError(f"no batch {options.resume} to resume")
-        batch_id = options.resume
-    else:
-        batch_id = fleet.dispatcher.create_batch(
-            options.job.name, options.job.model_dump(mode="json")
-        ).batch_id
-    err.print(f"batch {batch_id}: {len(options.repos)} repositories")
-    try:
-        if options.local:
-            with embedded_worker(celery_app, concurrency=options.workers):
-                _dispatch_and_wait(fleet, session_spec, options, batch_id, err)
-        else:
-            _dispatch_and_wait(fleet, session_spec, options, batch_id, err)
-    except KeyboardInterrupt:
-        done = len(fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
-        err.print(
-            f"[yellow]interrupted[/]: {done}/{len(options.repos)} sessions done; nothing is "
-            f"lost -- resume with the same arguments and --resume {batch_id}"
+    batch_id = _open_batch(fleet, options, settings)
+    err.print(f"batch {batch_id}: {len(options.repos)} repositories", markup=False)
+
+    def consumers() -> int:
+        replies = celery_app.control.inspect(timeout=1.0).active_queues() or {}
+        return sum(
+            1 for queues in replies.values() if any(q.get("name") == SESSIONS_QUEUE for q in queues)
         )
-        return 130
-    data = batch_report(fleet.ledger, batch_id, started_at=started)
+
+    def work() -> int:
+        deferred = _dispatch_all(fleet, session_spec, options, batch_id, settings)
+        if deferred:
+            return _recorded(fleet, batch_id, deferred, settings, console)
+        return _wait(
+            fleet, batch_id, options, settings, err, consumers=None if options.local else consumers
+        )
+
+    def body() -> int:
+        return run_interruptible(
+            work,
+            fleet=fleet,
+            batch_id=batch_id,
+            total=len(options.repos),
+            local=options.local,
+            err=err,
+        )
+
+    if options.local:
+        with embedded_worker(celery_app, concurrency=options.workers):
+            code = body()
+            if code == ExitCode.TIMED_OUT:
+                # Do not wait for in-flight tool calls: fence and stop them;
+                # --resume settles them (interrupted, outcome unknown).
+                stop_in_flight(fleet, batch_id, fence=True)
+    else:
+        code = body()
+    data = _read(settings, lambda: batch_report(fleet.ledger, batch_id, started_at=started))
     path = options.report or Path("reports") / f"batch-{batch_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", "utf-8")
     from nahida_workers.cli import render
 
-    console.print(render.batch_table(data))
-    console.print(f"batch {batch_id}: {data['summary']}  report: {path}")
-    return 0 if data["all_completed"] else 1
+    console.print(render.batch_table(data, width=console.width))
+    console.print(f"{render.summary_sentence(data)} Report: {path}", markup=False)
+    if code in (ExitCode.TIMED_OUT, ExitCode.RECORDED, ExitCode.INTERRUPTED):
+        return code
+    return ExitCode.OK if data["all_completed"] else ExitCode.NOT_COMPLETED
 
 
-def _dispatch_and_wait(
-    fleet: Fleet, spec: SessionSpec, options: BatchOptions, batch_id: str, err: Console
-) -> None:
-    _dispatch_all(fleet, spec, options.repos, batch_id)
-    _wait(fleet, batch_id, len(options.repos), options.timeout_s, err)
+def _read(settings: Settings, read: Callable[[], T]) -> T:
+    """A ledger read that rides out an outage as long as the workers do."""
+    return read_through_outage(read, within_s=settings.ledger_outage_s)
 
 
-def _dispatch_all(fleet: Fleet, spec: SessionSpec, repos: list[Path], batch_id: str) -> None:
-    submitted = fleet.dispatcher.submit_all(
-        spec, [str(p) for p in repos], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+def _open_batch(fleet: Fleet, options: BatchOptions, settings: Settings) -> str:
+    if options.resume is None:
+        return fleet.dispatcher.create_batch(options.job.name, batch_spec(options)).batch_id
+    from nahida_workers.cli.ids import resolve
+
+    batch_id = resolve(fleet.ledger, "batch", options.resume)
+    record = fleet.ledger.get_batch(batch_id)
+    assert record is not None  # resolve found it
+    check_resume(record.spec, options, batch_id)
+    return batch_id
+
+
+def _dispatch_all(
+    fleet: Fleet, spec: SessionSpec, options: BatchOptions, batch_id: str, settings: Settings
+) -> int:
+    """Record and publish a session per repository; returns how many wait for the broker.
+
+    One at a time through the dispatcher's batch path (``submit_all``), so a
+    broker failure is known per session and the rest is still recorded.
+    """
+    dispatcher = fleet.dispatcher
+    deferred = 0
+    for path in options.repos:
+
+        def submit(dispatcher: Dispatcher = dispatcher, path: Path = path) -> Any:
+            # Idempotent by its key: a retry after an outage finds the session.
+            return dispatcher.submit_all(
+                spec, [str(path)], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+            )[0]
+
+        try:
+            session, created = _read(settings, submit)
+            if not created and session.status is not SessionStatus.DONE:
+                dispatcher.redispatch(session.session_id)  # resumed: publish it again
+        except _Deferred:
+            deferred += 1
+        except Exception as exc:
+            if not is_delivery_failure(exc):
+                raise
+            # Recorded, not published: the rest is recorded without trying the broker.
+            deferred += 1
+            dispatcher = Dispatcher(fleet.ledger, _RecordOnly(), fleet.clock)
+    return deferred
+
+
+def _recorded(
+    fleet: Fleet, batch_id: str, deferred: int, settings: Settings, console: Console
+) -> int:
+    console.print(
+        f"batch {batch_id}: {deferred} session(s) recorded; will be delivered when the broker "
+        f"is back ({redact_url(settings.broker_url)}, NAHIDA_BROKER_URL, is unreachable; "
+        "celery beat's sweeper publishes them). Do not re-run the batch: follow it with "
+        f"`nahida status {batch_id}`.",
+        markup=False,
     )
-    for session, created in submitted:
-        if not created and session.status is not SessionStatus.DONE:
-            fleet.dispatcher.redispatch(session.session_id)  # resumed: publish it again
+    return ExitCode.RECORDED
 
 
-def _wait(fleet: Fleet, batch_id: str, total: int, timeout_s: float, err: Console) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait(
+    fleet: Fleet,
+    batch_id: str,
+    options: BatchOptions,
+    settings: Settings,
+    err: Console,
+    *,
+    consumers: Callable[[], int] | None,
+) -> int:
+    """Show progress until every session is done; :attr:`ExitCode.TIMED_OUT` on timeout."""
+    total = len(options.repos)
+    started = time.monotonic()
+    deadline = started + options.timeout_s
+    checked_workers = consumers is None
+    batch = fleet.ledger.get_batch(batch_id)
+    # The bar's clock is the batch's: a resumed batch shows its whole age.
+    origin = batch.created_at if batch is not None else datetime.now(UTC)
     with Progress(
-        "[progress.description]{task.description}",
+        TextColumn("sessions"),
         BarColumn(),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        TextColumn("{task.fields[age]}"),
         console=err,
     ) as progress:
-        task = progress.add_task("sessions", total=total)
+        task = progress.add_task("sessions", total=total, age="")
         while True:
-            done = len(fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
-            progress.update(task, completed=done)
+            sessions = _read(settings, lambda: fleet.ledger.sessions(batch_id=batch_id))
+            done = sum(1 for s in sessions if s.status is SessionStatus.DONE)
+            age = (datetime.now(UTC) - origin).total_seconds()
+            progress.update(task, completed=done, age=_clock(age))
             if done >= total:
-                return
-            if time.monotonic() > deadline:
-                err.print(f"[yellow]timed out after {timeout_s:.0f}s with {done}/{total} done")
-                return
+                return ExitCode.OK
+            now = time.monotonic()
+            if not checked_workers and now - started > NO_WORKER_AFTER_S:
+                checked_workers = True
+                if all(s.status is SessionStatus.QUEUED for s in sessions) and _no_consumer(
+                    consumers
+                ):
+                    progress.console.print(
+                        "[yellow]no worker is consuming the 'sessions' queue[/] "
+                        f"({escape(redact_url(settings.broker_url))}): start one with "
+                        "`celery -A tasks worker -Q sessions --pool threads -c 8`; "
+                        "the batch waits for it"
+                    )
+            if now > deadline:
+                progress.console.print(
+                    f"[yellow]timed out after {options.timeout_s:g}s with {done}/{total} "
+                    f"sessions done[/]; nothing is lost -- run the same command with "
+                    f"--resume {batch_id} to continue"
+                )
+                return ExitCode.TIMED_OUT
             time.sleep(POLL_S)
+
+
+def _no_consumer(consumers: Callable[[], int] | None) -> bool:
+    if consumers is None:
+        return False
+    try:
+        return consumers() == 0
+    except Exception:  # the check is advice; the batch goes on without it
+        return False
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"

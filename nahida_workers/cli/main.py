@@ -2,81 +2,70 @@
 
 ``nahida batch JOB.yaml --repo PATH ...`` runs one session per repository,
 ``nahida status [BATCH_ID]`` shows batches, ``nahida runs show RUN_ID`` prints
-a run's ledger, ``nahida migrate`` migrates the database.  ``--local`` runs the
-embedded mode: in-memory broker, Celery worker threads in this process,
-fakeredis for the lease, a SQLite ledger file -- the same runtime code path.
+a run's ledger, ``nahida migrate`` migrates the database, ``nahida serve``
+serves the HTTP API and the web view.  ``--local`` runs the embedded mode:
+in-memory broker, Celery worker threads in this process, fakeredis for the
+lease, a SQLite ledger file -- the same runtime code path.
+
+Every failure is one line on stderr and an exit code of
+:class:`~nahida_workers.cli.exits.ExitCode`; ``--debug`` (anywhere on the
+command line) shows the traceback instead.  Module-level imports are only
+typer and the standard library: each command imports what it uses, so
+``nahida --help`` starts fast (issue 15 item 5; ``bench/cli_startup.py``).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from nahida_workers.cli import render, session_cmds
-from nahida_workers.cli.report import batch_report
+from nahida_workers.cli import session_cmds
+from nahida_workers.cli.common import (
+    DEFAULT_DB,
+    DbOpt,
+    JsonOpt,
+    LocalOpt,
+    err,
+    ledger_for,
+    out,
+    print_json,
+    settings_for,
+)
+from nahida_workers.cli.exits import ExitCode, classify, print_error
 from nahida_workers.cli.schedule_cmds import schedule_app
-from nahida_workers.errors import ConfigError, NahidaError, NotFoundError, UserError
-from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.spec import JobSpec
 
-# The heavier modules (Celery wiring, providers, Alembic) are imported by the
-# commands that use them, so `nahida status` and `--help` start quickly.
-
-__all__ = ["app"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Run LLM agent sessions durably: one session per repository, on a Celery fleet or "
-    "embedded (--local).",
+    "embedded (--local).  Exit codes: 0 ok, 1 a session did not complete, 2 usage or input "
+    "error, 3 database/broker/Redis unreachable, 4 recorded but not yet delivered (broker "
+    "down), 5 batch --timeout, 130 interrupted.",
 )
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 app.add_typer(runs_app, name="runs")
-# Pipes and CI logs get wide lines instead of 80-column cells cut with an ellipsis.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-
-DEFAULT_DB = Path("var/nahida.sqlite3")
-LocalOpt = Annotated[
-    bool, typer.Option("--local", help="Embedded mode: SQLite ledger file, in-process workers.")
-]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --local.")]
-
-
-def _settings(local: bool, db: Path, **overrides: Any) -> Settings:
-    if local:
-        from nahida_workers.runtime.wiring import EMBEDDED_URLS
-
-        db.parent.mkdir(parents=True, exist_ok=True)
-        overrides = {**EMBEDDED_URLS, "database_url": f"sqlite:///{db.resolve()}", **overrides}
-    return load_settings(**overrides)
-
-
-def _ledger(settings: Settings, *, migrate: bool = True) -> SqlLedger:
-    engine = make_engine(settings.database_url)
-    if migrate:
-        from nahida_workers.ledger.migrate import upgrade
-
-        upgrade(engine)
-    return SqlLedger(engine=engine, payload_max_bytes=settings.event_payload_max_bytes)
 
 
 def _repos(repo: list[Path], repos_from: Path | None) -> list[Path]:
+    from nahida_workers.errors import UserError
+
     paths = list(repo)
     if repos_from is not None:
         try:
-            lines = repos_from.read_text("utf-8").splitlines()
+            lines = repos_from.read_bytes().decode("utf-8").splitlines()
         except OSError as exc:
-            raise UserError(f"cannot read {repos_from}: {exc}") from None
+            raise UserError(f"cannot read {repos_from}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{repos_from} is not UTF-8 text") from None
         paths += [Path(line.strip()) for line in lines if line.strip() and not line.startswith("#")]
     if not paths:
         raise UserError("no repositories: pass --repo PATH (repeatable) or --repos-from FILE")
@@ -100,7 +89,8 @@ def batch(
     workers: Annotated[int, typer.Option(min=1, help="Embedded session-worker threads.")] = 4,
     report: Annotated[Path | None, typer.Option(help="JSON report path.")] = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds to wait for the batch.")
+        float,
+        typer.Option(min=0.001, help="Seconds to wait for the batch; then exit 5 (resumable)."),
     ] = 3600.0,
     resume: Annotated[
         str | None, typer.Option(help="Resume an interrupted batch (same job and repos).")
@@ -130,11 +120,12 @@ def batch(
         report=report,
         resume=resume,
     )
-    raise typer.Exit(run_batch(options, _settings(local, db), console, err))
+    raise typer.Exit(run_batch(options, settings_for(local, db), out(), err()))
 
 
 def _with_provider(spec: JobSpec, kind: str, base_url: str | None, model: str | None) -> JobSpec:
     """The job with its provider replaced (the script stays for ``scripted``)."""
+    from nahida_workers.errors import ConfigError
     from nahida_workers.runtime.spec import JobSpec
 
     current = dict(spec.provider)
@@ -157,79 +148,121 @@ def mock_llm(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
 ) -> None:
     """Serve the OpenAI-compatible streaming API from a script, until Ctrl-C."""
-    import yaml
-
+    from nahida_workers.errors import ConfigError
     from nahida_workers.providers.mock_server import serve_mock_llm
+    from nahida_workers.yaml_input import read_yaml_file
 
-    try:
-        data = yaml.safe_load(script.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {script}: {exc}") from None
+    data = read_yaml_file(script, what="script")
     if isinstance(data, dict) and "turns" not in data:
         data = (data.get("provider") or {}).get("script")
     if data is None:
         raise ConfigError(f"{script} holds no provider script (turns)")
     server = serve_mock_llm(data, host=host, port=port)
-    err.print(f"mock LLM serving {script} at {server.url} (OpenAI-compatible, streaming)")
+    print(
+        f"mock LLM serving {script} at {server.url} (OpenAI-compatible, streaming)", file=sys.stderr
+    )
     server.run_forever()
+
+
+def _no_schema_yet(exc: BaseException) -> bool:
+    text = str(getattr(exc, "orig", None) or exc)
+    return "no such table" in text
 
 
 @app.command()
 def status(
     batch_id: Annotated[
-        str | None, typer.Argument(help="A batch id; omit to list batches.")
+        str | None, typer.Argument(help="A batch id or unique prefix; omit to list batches.")
     ] = None,
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
 ) -> None:
-    """List batches, or show the sessions of one batch."""
-    ledger = _ledger(_settings(local, db), migrate=False)
+    """List batches with their sessions' progress, or show the sessions of one batch.
+
+    Without BATCH_ID: every batch (sessions, done, by state) and the sessions
+    of the newest one.
+    """
+    from nahida_workers.cli import render
+    from nahida_workers.cli.ids import resolve
+    from nahida_workers.cli.report import batch_report
+    from nahida_workers.errors import LedgerUnavailableError
+
+    ledger = ledger_for(settings_for(local, db))
     if batch_id is None:
-        console.print(render.batches_table(ledger))
+        try:
+            rows = render.batches_rows(ledger)
+        except LedgerUnavailableError as exc:
+            if not (local and _no_schema_yet(exc)):
+                raise
+            rows = []  # a --local ledger file nothing has written to yet
+        if as_json:
+            print_json({"batches": rows})
+            return
+        if not rows:
+            out().print(f"no batches yet{f' in {db}' if local else ''}")
+            return
+        out().print(render.batches_table(rows))
+        newest = batch_report(ledger, rows[0]["batch_id"])
+        out().print(render.batch_table(newest, width=out().width))
         return
-    if ledger.get_batch(batch_id) is None:
-        raise NotFoundError(f"no batch {batch_id}")
-    console.print(render.batch_table(batch_report(ledger, batch_id)))
+    full = resolve(ledger, "batch", batch_id)
+    data = batch_report(ledger, full)
+    if as_json:
+        print_json(data)
+        return
+    out().print(render.batch_table(data, width=out().width))
+    out().print(render.summary_sentence(data))
 
 
 @runs_app.command("list")
 def runs_list(
-    session_id: Annotated[str, typer.Argument(help="The session id (`nahida status BATCH_ID`).")],
+    session_id: Annotated[
+        str, typer.Argument(help="The session id or a unique prefix (`nahida status BATCH_ID`).")
+    ],
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
 ) -> None:
     """List every run of a session, oldest first (a steering message can start another)."""
-    ledger = _ledger(_settings(local, db), migrate=False)
-    if ledger.get_session(session_id) is None:
-        raise NotFoundError(f"no session {session_id}")
-    console.print(render.runs_table(session_id, ledger.runs_of(session_id)))
+    from nahida_workers.cli import render
+    from nahida_workers.cli.ids import resolve
+
+    ledger = ledger_for(settings_for(local, db))
+    full = resolve(ledger, "session", session_id)
+    runs = ledger.runs_of(full)
+    if as_json:
+        print_json({"session_id": full, "runs": [r.model_dump(mode="json") for r in runs]})
+        return
+    out().print(render.runs_table(full, runs))
 
 
 @runs_app.command("show")
 def runs_show(
-    run_id: Annotated[str, typer.Argument(help="The run id.")],
+    run_id: Annotated[str, typer.Argument(help="The run id or a unique prefix.")],
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print every event of a run in order, tool calls with their receipts."""
-    ledger = _ledger(_settings(local, db), migrate=False)
-    run = ledger.get_run(run_id)
-    if run is None:
-        raise NotFoundError(f"no run {run_id}")
-    events, receipts = ledger.events(run_id), ledger.receipts(run_id)
+    from nahida_workers.cli import render
+    from nahida_workers.cli.ids import resolve
+
+    ledger = ledger_for(settings_for(local, db))
+    full = resolve(ledger, "run", run_id)
+    run = ledger.get_run(full)
+    assert run is not None  # resolve found it
+    events, receipts = ledger.events(full), ledger.receipts(full)
     if as_json:
-        console.print_json(
-            json.dumps(
-                {
-                    "run": run.model_dump(mode="json"),
-                    "events": [e.model_dump(mode="json") for e in events],
-                    "receipts": [r.model_dump(mode="json") for r in receipts],
-                }
-            )
+        print_json(
+            {
+                "run": run.model_dump(mode="json"),
+                "events": [e.model_dump(mode="json") for e in events],
+                "receipts": [r.model_dump(mode="json") for r in receipts],
+            }
         )
         return
-    render.print_run(console, run, events, receipts)
+    render.print_run(out(), run, events, receipts)
 
 
 app.add_typer(schedule_app, name="schedule")
@@ -241,60 +274,89 @@ app.command("cancel")(session_cmds.cancel)
 @app.command()
 def migrate(local: LocalOpt = False, db: DbOpt = DEFAULT_DB) -> None:
     """Create or upgrade the ledger schema (Alembic, add-only migrations)."""
-    settings = _settings(local, db)
-    _ledger(settings, migrate=True)
-    console.print(f"ledger migrated: {make_engine(settings.database_url).url.render_as_string()}")
+    from nahida_workers.cli.exits import redact_url
+
+    settings = settings_for(local, db)
+    ledger_for(settings, migrate=True)
+    out().print(f"ledger migrated: {redact_url(settings.database_url)}")
+
+
+@app.command("eval")
+def eval_command(
+    set_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--set",
+            help="Evaluation set file (YAML); default: the repository's tests/eval/sessions.yaml.",
+        ),
+    ] = None,
+) -> None:
+    """Run the evaluation set in-process and compare terminal states with expectations."""
+    from nahida_workers.cli.eval_cmd import eval_command as run_eval
+
+    run_eval(set_path)
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Interface; without NAHIDA_API_TOKEN only 127.0.0.1 is allowed.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port.")] = 8080,
+) -> None:
+    """Serve the HTTP API (/v1, OpenAPI at /openapi.json) and the web view (/) until Ctrl-C."""
+    from nahida_workers.api.server import run_server
+
+    run_server(settings_for(), host=host, port=port)
+
+
+def _argv_errors(argv: list[str]) -> str | None:
+    for index, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+            return f"error: argument {index} is not valid UTF-8: {shown[:120]}"
+    return None
 
 
 def main() -> None:
-    """Entry point: typed errors become one clear line and an exit code.
+    """Entry point: every failure becomes one clear line and a documented exit code.
 
-    Exit codes: 0 success; 1 a batch with a session that did not complete;
-    2 a usage or input error (job file, setting, unknown id); 3 an
-    infrastructure error (database, broker or Redis unreachable); 130 Ctrl-C.
+    Exit codes (:class:`~nahida_workers.cli.exits.ExitCode`): 0 success; 1 a
+    batch with a session that did not complete (or ``watch`` timed out); 2 a
+    usage or input error; 3 the database, broker or Redis is unreachable; 4 the
+    ledger recorded the request and the broker is down (it will be delivered);
+    5 ``batch --timeout`` passed; 130 Ctrl-C.  ``--debug`` anywhere on the
+    command line re-raises instead (a traceback).
     """
-    import click
-    from pydantic import ValidationError
+    import logging
 
+    argv = sys.argv[1:]
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    bad = _argv_errors(argv)
+    if bad is not None:
+        print_error(bad)
+        sys.exit(ExitCode.USAGE)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        code = app(standalone_mode=False)
-    except UserError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        sys.exit(2)
-    except ValidationError as exc:
-        err.print(f"[red]error:[/red] invalid setting: {_first_error(exc)}")
-        sys.exit(2)
-    except NahidaError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        sys.exit(3)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        err.print("interrupted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except Exception as exc:
-        if _is_connection_error(exc):
-            err.print(f"[red]error:[/red] service unreachable: {type(exc).__name__}: {exc}")
-            sys.exit(3)
-        raise
+        code = app(args=argv, prog_name="nahida", standalone_mode=False)
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        sys.exit(ExitCode.INTERRUPTED)
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")  # type: ignore[attr-defined]
+            sys.exit(ExitCode.USAGE)
+        if type(exc).__name__ == "Abort":
+            print_error("interrupted")
+            sys.exit(ExitCode.INTERRUPTED)
+        if debug:
+            raise
+        exit_code, line = classify(exc)
+        print_error(line)
+        sys.exit(exit_code)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def _first_error(exc: Any) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ())) or "(settings)"
-    return f"NAHIDA_{where.upper()}: {first.get('msg')}"
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    import kombu.exceptions
-    import redis
-
-    return isinstance(exc, kombu.exceptions.OperationalError | redis.ConnectionError | OSError)
-
-
-from nahida_workers.cli.eval_cmd import eval_command  # noqa: E402
-
-app.command("eval")(eval_command)

@@ -7,15 +7,24 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from nahida_workers.cli.ids import shortener
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import RunRecord
 
 if TYPE_CHECKING:
     from nahida_workers.ports import Ledger
 
-__all__ = ["batch_table", "batches_table", "print_run", "runs_table"]
+__all__ = [
+    "batch_table",
+    "batches_rows",
+    "batches_table",
+    "print_run",
+    "runs_table",
+    "summary_sentence",
+]
 
 _STYLE = {
     "completed": "green",
@@ -26,74 +35,114 @@ _STYLE = {
 }
 
 
-def batch_table(report: dict[str, Any]) -> Table:
-    """One row per session: repo, its latest run's state, reason, turns, tool calls,
-    seconds running and queued, the number of runs, the latest run id, the session id."""
+def _state(state: str) -> str:
+    return f"[{_STYLE.get(state, 'white')}]{escape(state)}[/]"
+
+
+def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
+    """One row per session: session id, repo, its latest run's state, reason, tool calls,
+    seconds running, turns, runs, seconds queued, the latest run id.
+
+    Ids are unique prefixes (every command takes them back); ids and states
+    never wrap or shrink.  In a terminal narrower than 120 columns (``width``)
+    the less important numbers are left out (``--json`` has them all) and the
+    repo and reason columns fold.
+    """
+    rows = report["sessions"]
+    short = shortener([r["session_id"] for r in rows] + [r["run_id"] for r in rows if r["run_id"]])
+
+    def seconds(value: float | None) -> str:
+        return f"{value:.2f}" if value is not None else "-"
+
+    def reason(row: dict[str, Any]) -> str:
+        text = row["reason"] or "-"
+        if row.get("failure_code") and row["failure_code"] != row["reason"]:
+            text += f" ({row['failure_code']})"
+        return escape(text)
+
+    # (header, cell, column options, narrowest terminal that shows it)
+    columns: list[tuple[str, Any, dict[str, Any], int]] = [
+        ("session", lambda r: short[r["session_id"]], {"no_wrap": True, "min_width": 8}, 0),
+        ("repo", lambda r: escape(r["workspace"].rsplit("/", 1)[-1]), {"min_width": 10}, 0),
+        ("state", lambda r: _state(r["terminal_state"] or r["status"]), _ID, 0),
+        ("reason", reason, {"min_width": 10}, 0),
+        ("tools", lambda r: str(r["tool_calls"]), _NUM, 90),
+        ("run s", lambda r: seconds(r["seconds"]), _NUM, 100),
+        ("turns", lambda r: str(r["turns"]), _NUM, 110),
+        ("runs", lambda r: str(r["runs"]), _NUM, 110),
+        ("queued s", lambda r: seconds(r["queued_seconds"]), _NUM, 120),
+        ("latest run", lambda r: short[r["run_id"]] if r["run_id"] else "-", _ID, 0),
+    ]
+    shown = [c for c in columns if width is None or width >= c[3]]
     title = f"batch {report['batch_id']} ({report.get('job')})"
     if report.get("schedule"):
         title += f", schedule {report['schedule']['name']} fire {report['schedule']['fire_time']}"
-    table = Table(title=title)
-    table.add_column("repo", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("reason", no_wrap=True)
-    for column in ("turns", "tool calls", "run s", "queued s"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("runs", justify="right", no_wrap=True)
-    table.add_column("run id (latest)", overflow="fold")
-    table.add_column("session id", overflow="fold")
-    for row in report["sessions"]:
-        state = row["terminal_state"] or row["status"]
-        seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
-        queued = f"{row['queued_seconds']:.2f}" if row["queued_seconds"] is not None else "-"
-        reason = row["reason"] or "-"
-        if row.get("failure_code") and row["failure_code"] != row["reason"]:
-            reason += f" ({row['failure_code']})"
-        table.add_row(
-            row["workspace"].rsplit("/", 1)[-1],
-            f"[{_STYLE.get(state, 'white')}]{state}[/]",
-            reason,
-            str(row["turns"]),
-            str(row["tool_calls"]),
-            seconds,
-            queued,
-            str(row["runs"]),
-            row["run_id"] or "-",
-            row["session_id"],
-        )
+    table = Table(title=escape(title))
+    for header, _cell, options, _min in shown:
+        table.add_column(header, overflow="fold", **options)
+    for row in rows:
+        table.add_row(*(cell(row) for _header, cell, _options, _min in shown))
     return table
+
+
+_ID: dict[str, Any] = {"no_wrap": True, "min_width": 10}
+_NUM: dict[str, Any] = {"no_wrap": True, "justify": "right"}
 
 
 def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
     """Every run of one session, oldest first: id, state, reason, start, end."""
+    short = shortener(r.run_id for r in runs)
     table = Table(title=f"session {session_id}: {len(runs)} run(s)")
-    for column in ("run id", "state", "reason", "started", "ended"):
-        table.add_column(column, overflow="fold")
+    table.add_column("run", no_wrap=True, min_width=8)
+    table.add_column("state", no_wrap=True, min_width=10)
+    table.add_column("reason", overflow="fold")
+    table.add_column("started", no_wrap=True)
+    table.add_column("ended", no_wrap=True)
     for run in runs:
         state = run.terminal_state.value if run.terminal_state else "open"
         table.add_row(
-            run.run_id,
-            f"[{_STYLE.get(state, 'white')}]{state}[/]",
+            short[run.run_id],
+            _state(state),
             run.terminal_reason.value if run.terminal_reason else "-",
-            run.started_at.isoformat(timespec="seconds"),
-            run.ended_at.isoformat(timespec="seconds") if run.ended_at else "-",
+            run.started_at.isoformat(sep=" ", timespec="seconds")[:19],
+            run.ended_at.isoformat(sep=" ", timespec="seconds")[:19] if run.ended_at else "-",
         )
     return table
 
 
-def batches_table(ledger: Ledger[Any]) -> Table:
-    """Every batch with its session counts by status."""
-    table = Table(title="batches")
-    for column in ("batch", "job", "created", "sessions", "done"):
-        table.add_column(column)
+def batches_rows(ledger: Ledger[Any]) -> list[dict[str, Any]]:
+    """Every batch with its session counts by status (what ``status`` lists)."""
+    rows = []
     for batch in ledger.batches():
         sessions = ledger.sessions(batch_id=batch.batch_id)
-        done = sum(1 for s in sessions if s.status.value == "done")
+        rows.append(
+            {
+                "batch_id": batch.batch_id,
+                "job": batch.job_name,
+                "created_at": batch.created_at.isoformat(),
+                "sessions": len(sessions),
+                "done": sum(1 for s in sessions if s.status.value == "done"),
+            }
+        )
+    return rows
+
+
+def batches_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The batches of :func:`batches_rows` as a table (short ids)."""
+    short = shortener(r["batch_id"] for r in rows)
+    table = Table(title="batches")
+    table.add_column("batch", no_wrap=True, min_width=8)
+    table.add_column("job", overflow="fold")
+    table.add_column("created", no_wrap=True)
+    table.add_column("sessions", justify="right", no_wrap=True)
+    table.add_column("done", justify="right", no_wrap=True)
+    for row in rows:
         table.add_row(
-            batch.batch_id,
-            batch.job_name,
-            batch.created_at.isoformat(timespec="seconds"),
-            str(len(sessions)),
-            str(done),
+            short[row["batch_id"]],
+            escape(row["job"]),
+            row["created_at"][:19],
+            str(row["sessions"]),
+            str(row["done"]),
         )
     return table
 
@@ -101,7 +150,8 @@ def batches_table(ledger: Ledger[Any]) -> Table:
 def _short(value: Any, limit: int = 300) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+    text = text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+    return escape(text)
 
 
 def print_run(
@@ -114,21 +164,25 @@ def print_run(
     by_call = {r.call_id: r for r in receipts}
     state = run.terminal_state.value if run.terminal_state else "open"
     console.print(
-        f"[bold]run {run.run_id}[/] session {run.session_id} provider {run.provider}/{run.model} "
-        f"state [{_STYLE.get(state, 'white')}]{state}[/] reason {run.terminal_reason or '-'} "
-        f"trace {run.trace_id}"
+        f"[bold]run {run.run_id}[/] session {run.session_id} "
+        f"provider {escape(run.provider)}/{escape(run.model)} "
+        f"state {_state(state)} reason {run.terminal_reason or '-'} trace {run.trace_id}"
     )
     for e in events:
         head = f"#{e.sequence:<3} [cyan]{e.type.value:<16}[/] epoch {e.epoch}"
         p = e.payload
         if e.type is EventType.USER_INPUT:
-            console.print(f"{head} ({p.get('source')}) {_short(p.get('text'))}")
+            console.print(f"{head} ({_short(p.get('source'))}) {_short(p.get('text'))}")
         elif e.type is EventType.ASSISTANT_OUTPUT:
             console.print(
-                f"{head} turn {p.get('turn')} stop {p.get('stop_reason')}: {_short(p.get('text'))}"
+                f"{head} turn {p.get('turn')} stop {_short(p.get('stop_reason'))}: "
+                f"{_short(p.get('text'))}"
             )
         elif e.type is EventType.TOOL_CALL:
-            console.print(f"{head} {e.call_id} {p.get('name')}({_short(p.get('arguments'), 200)})")
+            console.print(
+                f"{head} {_short(e.call_id)} {_short(p.get('name'))}"
+                f"({_short(p.get('arguments'), 200)})"
+            )
             receipt = by_call.get(e.call_id or "")
             if receipt is not None:
                 ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
@@ -141,10 +195,23 @@ def print_run(
                 console.print("       receipt: none")
         elif e.type is EventType.TOOL_RESULT:
             flag = " synthetic" if p.get("synthetic") else ""
-            console.print(f"{head} {e.call_id} {p.get('status')}{flag}: {_short(p.get('content'))}")
+            console.print(
+                f"{head} {_short(e.call_id)} {_short(p.get('status'))}{flag}: "
+                f"{_short(p.get('content'))}"
+            )
         elif e.type is EventType.TERMINAL:
             console.print(
-                f"{head} [bold]{p.get('state')}[/] {p.get('reason')}: {_short(p.get('final_text'))}"
+                f"{head} [bold]{_short(p.get('state'))}[/] {_short(p.get('reason'))}: "
+                f"{_short(p.get('final_text'))}"
             )
         else:
             console.print(f"{head} {_short(p)}")
+
+
+def summary_sentence(report: dict[str, Any]) -> str:
+    """``N sessions: 22 completed, 2 failed.`` -- the batch's summary as a sentence."""
+    total = len(report["sessions"])
+    counts = report["summary"]
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda i: -i[1]))
+    noun = "session" if total == 1 else "sessions"
+    return f"batch {report['batch_id']}: {total} {noun}" + (f": {parts}." if parts else ".")

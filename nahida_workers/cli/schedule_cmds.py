@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,14 +26,32 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nahida_workers.errors import NotFoundError, UserError
-from nahida_workers.schedules.model import FireOutcome, FireRecord, Overlap, Schedule
-from nahida_workers.schedules.timing import iso, jitter_offset, next_fire
-from nahida_workers.settings import Settings, load_settings
-
 if TYPE_CHECKING:
+    from nahida_workers.schedules.model import FireRecord, Schedule
     from nahida_workers.schedules.scheduler import Scheduler
     from nahida_workers.schedules.sql import SqlScheduleStore
+    from nahida_workers.settings import Settings
+
+# The schedule model, its timing (croniter) and the settings are imported by
+# the commands that use them: `nahida --help` lists this group without them.
+
+
+class OverlapChoice(StrEnum):
+    """The ``--overlap`` values: :class:`nahida_workers.schedules.model.Overlap`'s (a test
+    keeps the two equal)."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    ALLOW = "allow"
+    CANCEL_PREVIOUS = "cancel_previous"
+
+
+def iso(value: datetime) -> str:
+    """:func:`nahida_workers.schedules.timing.iso`, imported on first use."""
+    from nahida_workers.schedules import timing
+
+    return timing.iso(value)
+
 
 __all__ = ["schedule_app"]
 
@@ -53,6 +72,8 @@ NameArg = Annotated[str, typer.Argument(help="Schedule name (or a unique prefix 
 
 
 def _settings(local: bool, db: Path) -> Settings:
+    from nahida_workers.settings import load_settings
+
     if local:
         from nahida_workers.runtime.wiring import EMBEDDED_URLS
 
@@ -72,6 +93,8 @@ def _store(settings: Settings) -> SqlScheduleStore:
 
 
 def _find(store: SqlScheduleStore, ref: str) -> Schedule:
+    from nahida_workers.errors import NotFoundError, UserError
+
     found = store.get(ref)
     if found is not None:
         return found
@@ -94,6 +117,8 @@ def _scheduler(settings: Settings) -> Scheduler:
 
 
 def _next(schedule: Schedule, now: datetime) -> datetime | None:
+    from nahida_workers.schedules.timing import jitter_offset, next_fire
+
     if schedule.paused:
         return None
     fire = next_fire(schedule.definition, max(schedule.cursor, now))
@@ -139,8 +164,9 @@ def add(
         Path | None, typer.Option("--repos-from", help="File with one path per line.")
     ] = None,
     overlap: Annotated[
-        Overlap, typer.Option(help="While the previous fire still runs: skip, buffer_one, ...")
-    ] = Overlap.SKIP,
+        OverlapChoice,
+        typer.Option(help="While the previous fire still runs: skip, buffer_one, ..."),
+    ] = OverlapChoice.SKIP,
     catchup_window: Annotated[
         str, typer.Option("--catchup-window", help="Run fires missed by at most this (5m, 1h).")
     ] = "5m",
@@ -151,6 +177,7 @@ def add(
     """Add a schedule: JOB over the repositories on a cron expression or an interval."""
     from nahida_workers.runtime.dispatcher import new_id
     from nahida_workers.schedules.config import build_definition
+    from nahida_workers.schedules.model import Overlap
 
     settings = _settings(local, db)
     definition = build_definition(
@@ -161,13 +188,15 @@ def add(
         cron=cron,
         every=every,
         timezone=tz,
-        overlap=overlap,
+        overlap=Overlap(overlap.value),
         catchup_window=catchup_window,
         jitter=jitter,
         settings=settings,
     )
     store = _store(settings)
     if store.get(name) is not None:
+        from nahida_workers.errors import UserError
+
         raise UserError(
             f"schedule {name} exists; remove it first, or declare it in a file and apply"
         )
@@ -384,6 +413,8 @@ def run(
 
 
 def _tick_loop(scheduler: Scheduler, every_s: float, seconds: float | None) -> None:
+    from nahida_workers.schedules.model import FireOutcome
+
     deadline = None if seconds is None else time.monotonic() + seconds
     while deadline is None or time.monotonic() < deadline:
         report = scheduler.tick()

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
-from nahida_workers.core.events import SessionStatus
-from nahida_workers.errors import NotFoundError
-from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.channel import stream_key
-from nahida_workers.settings import load_settings
+from nahida_workers.cli.common import out, settings_for
+from nahida_workers.cli.exits import ExitCode, is_delivery_failure, one_line
 
 __all__ = ["cancel", "follow", "steer", "watch"]
-
-console = Console()
 
 
 def _entry(fields: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
@@ -69,35 +65,51 @@ def follow(
 
 
 def watch(
-    session_id: Annotated[str, typer.Argument(help="The session to follow.")],
+    session_id: Annotated[str, typer.Argument(help="The session to follow (id or unique prefix).")],
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Give up after this many seconds.")
     ] = 3600,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="One JSON object per event and line, never wrapped.")
+    ] = False,
 ) -> None:
     """Print a session's user-visible events (its channel policy decides which) until done.
 
     Exits 0 when the session is done, 1 on timeout.
     """
+    from rich.markup import escape
+
+    from nahida_workers.cli.common import ledger_for
+    from nahida_workers.cli.ids import resolve
+    from nahida_workers.core.events import SessionStatus
+    from nahida_workers.runtime.channel import stream_key
     from nahida_workers.runtime.wiring import redis_client
 
-    settings = load_settings()
-    ledger = SqlLedger(engine=make_engine(settings.database_url))
-    if ledger.get_session(session_id) is None:
-        raise NotFoundError(f"no session {session_id}")
+    settings = settings_for()
+    ledger = ledger_for(settings)
+    full = resolve(ledger, "session", session_id)
 
     def session_done() -> bool:
-        session = ledger.get_session(session_id)
+        session = ledger.get_session(full)
         return session is not None and session.status is SessionStatus.DONE
+
+    def emit(kind: str, payload: dict[str, Any]) -> None:
+        if jsonl:
+            line = json.dumps({"session_id": full, "kind": kind, "data": payload})
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        else:
+            out().print(f"[cyan]{escape(kind)}[/] {escape(json.dumps(payload))}", soft_wrap=True)
 
     done = follow(
         redis_client(settings),
-        stream_key(session_id, settings.redis_key_prefix),
+        stream_key(full, settings.redis_key_prefix),
         session_done=session_done,
-        emit=lambda kind, payload: console.print(f"[cyan]{kind}[/] {json.dumps(payload)}"),
+        emit=emit,
         timeout_s=timeout,
     )
     if not done:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NOT_COMPLETED)
 
 
 def _fleet() -> Any:
@@ -105,13 +117,25 @@ def _fleet() -> Any:
     from tasks.app import CeleryTaskQueue, configure
     from tasks.app import app as celery_app
 
-    settings = load_settings()
+    settings = settings_for()
     configure(settings)
     return build_fleet(settings, CeleryTaskQueue(celery_app))
 
 
+def _recorded(what: str, exc: BaseException) -> typer.Exit:
+    """The ledger holds ``what``; the broker or Redis failed after: say so, exit 4."""
+    from nahida_workers.cli.exits import classify
+
+    out().print(
+        f"{what}: recorded; will be delivered when the broker is back "
+        f"(do not repeat it) -- {one_line(classify(exc)[1].removeprefix('error: '))}",
+        markup=False,
+    )
+    return typer.Exit(ExitCode.RECORDED)
+
+
 def steer(
-    session_id: Annotated[str, typer.Argument(help="The session to steer.")],
+    session_id: Annotated[str, typer.Argument(help="The session to steer (id or unique prefix).")],
     text: Annotated[str, typer.Argument(help="What to tell the agent.")],
     message_id: Annotated[
         str | None, typer.Option(help="Idempotency id: the same id twice is one message.")
@@ -120,15 +144,45 @@ def steer(
         bool, typer.Option("--after-run", help="Start the next run instead of steering this one.")
     ] = False,
 ) -> None:
-    """Send steering input; the running loop takes it at its next provider boundary."""
-    message, created = _fleet().inbox.post(
-        session_id, text, message_id=message_id, next_turn=not after_run
-    )
+    """Send steering input; the running loop takes it at its next provider boundary.
+
+    Exits 4 when the message is recorded but the broker is down: it will be
+    delivered when the broker is back (do not send it again).
+    """
+    from nahida_workers.cli.ids import resolve
+
+    fleet = _fleet()
+    full = resolve(fleet.ledger, "session", session_id)
+    message_id = message_id or uuid.uuid4().hex
+    try:
+        _message, created = fleet.inbox.post(
+            full, text, message_id=message_id, next_turn=not after_run
+        )
+    except Exception as exc:
+        # The inbox row is written first, in its own transaction: a broker or
+        # Redis failure after it means the message is recorded, not lost.
+        if is_delivery_failure(exc):
+            raise _recorded(f"message {message_id}", exc) from None
+        raise
     state = "queued" if created else "already queued (same message id)"
-    console.print(f"message {message.message_id}: {state}")
+    out().print(f"message {message_id}: {state}", markup=False)
 
 
-def cancel(session_id: Annotated[str, typer.Argument(help="The session to cancel.")]) -> None:
-    """Stop the session's run at its next boundary; it ends 'cancelled'."""
-    _fleet().inbox.cancel(session_id)
-    console.print(f"session {session_id}: cancel requested")
+def cancel(
+    session_id: Annotated[str, typer.Argument(help="The session to cancel (id or unique prefix).")],
+) -> None:
+    """Stop the session's run at its next boundary; it ends 'cancelled'.
+
+    Exits 4 when the cancel is recorded but the broker is down.
+    """
+    from nahida_workers.cli.ids import resolve
+
+    fleet = _fleet()
+    full = resolve(fleet.ledger, "session", session_id)
+    try:
+        fleet.inbox.cancel(full)
+    except Exception as exc:
+        if is_delivery_failure(exc):
+            raise _recorded(f"session {full}: cancel", exc) from None
+        raise
+    out().print(f"session {full}: cancel requested", markup=False)

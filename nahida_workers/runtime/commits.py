@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from nahida_workers import metrics
 from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
@@ -86,12 +87,14 @@ class CommitPoints:
                 self.ledger.claim_inbox(tx, state.run_id, claims, at=self.clock.now())
             return tx
 
+        started = self.clock.monotonic()
         tx = commit_through_outage(
             write,
             landed=lambda: bool(events) and self._landed(state.run_id, events[0]),
             within_s=self.outage_s,
             before_retry=self.heartbeat.check,
         )
+        metrics.observe_commit(self.clock.monotonic() - started, events, receipts)
         if tx is not None:
             # Both are read under the fence's row lock, so they are free and fresh.
             self._cancel_seen = tx.cancel_requested
@@ -135,12 +138,14 @@ class CommitPoints:
                     ended_at=now,
                 )
 
+        started = self.clock.monotonic()
         commit_through_outage(
             write,
             landed=lambda: self._landed(run.run_id, event),
             within_s=self.outage_s,
             before_retry=self.heartbeat.check,
         )
+        metrics.observe_commit(self.clock.monotonic() - started, [event])
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
         if self.observer is not None:

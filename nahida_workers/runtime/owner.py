@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, assert_never
 
 from pydantic import ValidationError
 
+from nahida_workers import metrics
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -57,6 +58,7 @@ from nahida_workers.errors import (
     RunError,
     StaleEpochError,
 )
+from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.commits import CommitPoints
@@ -194,6 +196,8 @@ class SessionOwner(CommitPoints):
         return run
 
     def _run_one(self, run: RunRecord) -> None:
+        bind_log_context(session_id=run.session_id, run_id=run.run_id, trace_id=run.trace_id)
+        log.info("session %s: run %s, epoch %s", run.session_id, run.run_id, self.fence.epoch)
         events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
         state = RunState.from_ledger(run.run_id, events, receipts)
         self._inbox_pending = sum(
@@ -308,8 +312,12 @@ class SessionOwner(CommitPoints):
                 case CallProvider(request=request):
                     prestart = self._prestart(job, registry)
                     try:
+                        asked = self.r.clock.monotonic()
                         turn = provider.complete(
                             request, on_tool_call=prestart.offer if prestart else None
+                        )
+                        metrics.observe_provider_call(
+                            run.provider, run.model, self.r.clock.monotonic() - asked, turn.usage
                         )
                         self.commit(state, turn_events(state, turn, now=self.r.clock.now()))
                     except ProviderError as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nahida_workers.core.bounds import BoundLimits
@@ -21,6 +20,7 @@ from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
 from nahida_workers.errors import ConfigError
 from nahida_workers.runtime.channel import ChannelPolicy
+from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
     "DEFAULT_TOOLS",
@@ -30,6 +30,7 @@ __all__ = [
     "bound_limits",
     "load_job",
     "policy_limits",
+    "validation_summary",
 ]
 
 #: Tools a job gets when it names none.
@@ -134,24 +135,28 @@ def load_job(path: str | Path) -> JobSpec:
         ConfigError: the file is missing or invalid (message names the field).
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc}") from None
+    data = read_yaml_file(path, what="job file")
     if not isinstance(data, dict):
         raise ConfigError(f"job file {path} must be a mapping")
     provider = data.get("provider")
     if isinstance(provider, dict) and isinstance(provider.get("script"), str):
         script_path = (path.parent / provider["script"]).resolve()
-        try:
-            provider["script"] = yaml.safe_load(script_path.read_text("utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read provider script {script_path}: {exc}") from None
+        provider["script"] = read_yaml_file(script_path, what="provider script")
     data.setdefault("name", path.stem)
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid job file {path}:\n{exc}") from None
+        raise ConfigError(f"invalid job file {path}: {validation_summary(exc)}") from None
+
+
+def validation_summary(exc: ValidationError, *, limit: int = 3) -> str:
+    """A pydantic error as one line: ``field.path: message`` for the first ``limit`` errors."""
+    parts = []
+    for error in exc.errors()[:limit]:
+        where = ".".join(str(p) for p in error.get("loc", ())) or "(document)"
+        parts.append(f"{where}: {error.get('msg')}")
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def policy_limits(limits: Limits) -> PolicyLimits:

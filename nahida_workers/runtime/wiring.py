@@ -35,7 +35,7 @@ from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
-from nahida_workers.settings import Settings
+from nahida_workers.settings import EMBEDDED_URLS, Settings
 from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Placement, Tool, ToolRegistry
 from nahida_workers.tools.structured import StructuredOutput
@@ -50,13 +50,6 @@ __all__ = [
     "registry_for",
 ]
 
-#: Settings overrides that make the embedded mode (``{db}`` is the SQLite path).
-EMBEDDED_URLS: dict[str, object] = {
-    "broker_url": "memory://localhost/",
-    "result_backend_url": "cache+memory://localhost/",
-    "redis_url": "fakeredis://",
-    "remote_tools": False,
-}
 
 _fake_server_lock = threading.Lock()
 _fake_server: Any = None

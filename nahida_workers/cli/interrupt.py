@@ -1,0 +1,139 @@
+"""Ctrl-C in ``nahida batch`` (issue 16 item 6).
+
+The first Ctrl-C fences the sessions still in flight in the embedded mode
+(their fencing epoch is bumped, DESIGN.md section 4: the worker threads
+cannot write one more row), kills the process group of every child this
+process started (Bash tool commands run in their own group,
+``start_new_session``), counts the finished sessions, prints how to resume and exits 130 -- the
+embedded mode with ``os._exit`` instead of waiting for worker threads.  The
+in-flight sessions stay ``running`` in the ledger with no owner: ``--resume``
+dispatches them again and recovery settles their open tool calls
+(``interrupted, outcome unknown`` unless a receipt says otherwise).  A second
+Ctrl-C meanwhile kills the child groups and exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from nahida_workers.cli.exits import ExitCode
+from nahida_workers.core.events import SessionStatus
+
+__all__ = ["child_process_groups", "kill_child_groups", "run_interruptible", "stop_in_flight"]
+
+
+def child_process_groups() -> set[int]:
+    """Process groups of this process's children other than our own group (Linux /proc)."""
+    me, own_group = os.getpid(), os.getpgrp()
+    groups: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[1]) == me and int(fields[2]) != own_group:
+            groups.add(int(fields[2]))
+    return groups
+
+
+def kill_child_groups() -> int:
+    """SIGKILL every child process group (see :func:`child_process_groups`); returns how many."""
+    killed = 0
+    for group in child_process_groups():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+def _exit_now() -> None:
+    kill_child_groups()
+    sys.stderr.write("interrupted again: exiting now\n")
+    sys.stderr.flush()
+    os._exit(ExitCode.INTERRUPTED)
+
+
+class _Presses:
+    """SIGINT handler: the first press raises KeyboardInterrupt, any later one exits at once.
+
+    Installed for the whole batch, so a second press is honoured even while
+    the first is still unwinding (a live progress display closing, a read).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, _signum: int, _frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            _exit_now()
+        raise KeyboardInterrupt
+
+
+def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
+    """Fence the batch's running sessions (if ``fence``), then kill every child process group.
+
+    Fencing first: a worker thread whose Bash command is killed can then not
+    record the kill as the command's result -- recovery settles the call on
+    resume (DESIGN.md section 4).  Returns the sessions that were in flight.
+    """
+    ledger, now = fleet.ledger, fleet.clock.now()
+    in_flight = ledger.sessions(
+        batch_id=batch_id, statuses=[SessionStatus.RUNNING, SessionStatus.WAITING]
+    )
+    if fence:
+        for session in in_flight:
+            ledger.bump_epoch(session.session_id, at=now)
+    kill_child_groups()
+    return list(in_flight)
+
+
+def run_interruptible(
+    work: Callable[[], int],
+    *,
+    fleet: Any,
+    batch_id: str,
+    total: int,
+    local: bool,
+    err: Console,
+) -> int:
+    """``work()``, or on Ctrl-C the interrupt handling above; returns an exit code."""
+    presses = _Presses()
+    previous = signal.signal(signal.SIGINT, presses)
+    try:
+        return work()
+    except KeyboardInterrupt:
+        presses.count = max(presses.count, 1)  # a KeyboardInterrupt from elsewhere counts too
+    finally:
+        if presses.count == 0:
+            signal.signal(signal.SIGINT, previous)
+    in_flight = stop_in_flight(fleet, batch_id, fence=local)
+    done = len(fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
+    left = (
+        f"{len(in_flight)} in flight interrupted (resumable)"
+        if local
+        else f"{len(in_flight)} still running on the fleet"
+    )
+    err.print(
+        f"interrupted: {done}/{total} sessions done, {left}; nothing is lost -- run the same "
+        f"command with --resume {batch_id} to finish the rest",
+        markup=False,
+    )
+    if local:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        err.file.flush()
+        os._exit(ExitCode.INTERRUPTED)  # worker threads are fenced; do not wait for them
+    return ExitCode.INTERRUPTED

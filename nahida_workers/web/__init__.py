@@ -1,0 +1,1 @@
+"""The web view of ``nahida serve``: batches, sessions, runs and a run's SVG timeline."""

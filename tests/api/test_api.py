@@ -1,0 +1,172 @@
+"""The HTTP API over a real ``nahida serve`` process, real PostgreSQL, Redis and a worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from nahida_workers.fleet_harness import Fleet, make_repo, wait_for
+from tests.api.conftest import Server, start_server
+from tests.cli.helpers import clean_env, nahida
+
+pytestmark = pytest.mark.slow
+
+JOB = {
+    "name": "api-demo",
+    "prompt": "list the files",
+    "tools": ["Glob", "Read"],
+    "channel": "progress_updates",
+    "provider": {
+        "kind": "scripted",
+        "script": {
+            "turns": [
+                {
+                    "text": "looking",
+                    "tool_calls": [
+                        {"id": "g1", "name": "Glob", "arguments": {"pattern": "**/*.md"}},
+                        {"id": "r1", "name": "Read", "arguments": {"path": "README.md"}},
+                    ],
+                },
+                {"text": "The README says Demo."},
+            ]
+        },
+    },
+}
+
+
+def test_dispatch_inspect_follow_steer_and_cancel(
+    server: Server, fleet: Fleet, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    fleet.start_worker(queues="sessions", name="s1")
+    fleet.start_worker(queues="tools", name="t1")
+    with server.client() as http:
+        body = {"job": JOB, "workspace": str(repo), "idempotency_key": "k-1"}
+        first = http.post("/v1/sessions", json=body)
+        assert first.status_code == 201, first.text
+        session_id = first.json()["session"]["session_id"]
+        again = http.post("/v1/sessions", json=body)
+        assert again.status_code == 200 and again.json()["session"]["session_id"] == session_id
+
+        with http.stream("GET", f"/v1/sessions/{session_id}/events?timeout=60") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            kinds = [
+                line.split(": ", 1)[1] for line in stream.iter_lines() if line.startswith("event:")
+            ]
+        assert "tool_started" in kinds and kinds[-2:] == ["done", "end"], kinds
+
+        shown = http.get(f"/v1/sessions/{session_id[:8]}").json()
+        assert shown["session"]["status"] == "done" and shown["children"] == []
+        run_id = shown["runs"][0]["run_id"]
+        run = http.get(f"/v1/runs/{run_id}").json()
+        assert run["run"]["terminal_state"] == "completed"
+        assert {r["call_id"] for r in run["receipts"]} == {"g1", "r1"}
+        assert [e["type"] for e in run["events"]][-1] == "terminal"
+
+        steered = http.post(f"/v1/sessions/{session_id}/steer", json={"text": "and docs/?"})
+        assert steered.status_code == 202, steered.text
+        assert steered.json()["recorded"] is True and steered.json()["delivered"] is True
+        wait_for(
+            lambda: len(http.get(f"/v1/sessions/{session_id}").json()["runs"]) == 2,
+            timeout=60,
+            what="the steering message to start a second run",
+        )
+        wait_for(
+            lambda: http.get(f"/v1/sessions/{session_id}").json()["session"]["status"] == "done",
+            timeout=60,
+            what="the second run to end",
+        )
+        cancelled = http.post(f"/v1/sessions/{session_id}/cancel")
+        assert cancelled.status_code == 409 and cancelled.json()["error"]["code"] == "session_done"
+
+        schema = http.get("/openapi.json").json()
+        for path in (
+            "/v1/sessions",
+            "/v1/sessions/{session_id}",
+            "/v1/runs/{run_id}",
+            "/v1/sessions/{session_id}/steer",
+            "/v1/sessions/{session_id}/cancel",
+            "/v1/sessions/{session_id}/events",
+            "/v1/batches/{batch_id}",
+        ):
+            assert path in schema["paths"], path
+
+
+def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    big = b'{"job": {}, "workspace": "' + b"x" * (300 * 1024) + b'"}'
+    with server.client(headers={"content-type": "application/json"}) as http:
+        cases: list[tuple[httpx.Response, int]] = [
+            (http.post("/v1/sessions", content=b"{not json"), 400),
+            (http.post("/v1/sessions", content=b'{"job": {"prompt": "caf\xe9"}}'), 400),
+            (http.post("/v1/sessions", json={"job": JOB}), 422),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": str(repo), "x": 1}), 422),
+            (http.post("/v1/sessions", json=[1, 2]), 422),
+            (
+                http.post(
+                    "/v1/sessions",
+                    json={"job": {**JOB, "tools": ["Bsh"]}, "workspace": str(repo)},
+                ),
+                400,
+            ),
+            (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 400),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 400),
+            (http.post("/v1/sessions", content=big), 413),
+            (http.post("/v1/sessions", content=iter([big[:100_000]] * 4)), 413),
+            (http.get("/v1/sessions/ffffffff"), 404),
+            (http.get("/v1/sessions/" + "a" * 500), 404),
+            (http.get("/v1/runs/ffffffff"), 404),
+            (http.get("/v1/batches/ffffffff"), 404),
+            (http.get("/v1/sessions/ffffffff/events"), 404),
+            (http.post("/v1/sessions/ffffffff/steer", json={"text": "hi"}), 404),
+            (http.post("/v1/sessions/ffffffff/steer", content=b"[x"), 400),
+            (http.post("/v1/sessions/ffffffff/cancel"), 404),
+            (http.get("/v1/nothing-here"), 404),
+            (http.delete("/v1/sessions"), 405),
+            (http.get("/v1/sessions/ffffffff/events?timeout=-1"), 422),
+        ]
+        for response, status in cases:
+            assert response.status_code == status, (response.request.url, response.text)
+            error = response.json()["error"]
+            assert error["code"] and error["message"], response.text
+    assert "Traceback" not in server.log.read_text()
+
+
+def test_a_token_is_required_when_set_and_no_token_means_loopback_only(
+    fleet: Fleet, pg: object, tmp_path: Path
+) -> None:
+    guarded = start_server(fleet, tmp_path, NAHIDA_API_TOKEN="s3cret")
+    try:
+        with guarded.client() as http:
+            assert http.get("/v1/batches").status_code == 401
+            assert http.get("/").status_code == 401
+            ok = http.get("/v1/batches", headers={"Authorization": "Bearer s3cret"})
+            assert ok.status_code == 200 and json.loads(ok.text) == {"batches": []}
+            wrong = http.get("/v1/batches", headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+    finally:
+        guarded.stop()
+    exposed = nahida(["serve", "--host", "0.0.0.0"], cwd=tmp_path, env=clean_env(), timeout=60)
+    assert exposed.code == 2 and "NAHIDA_API_TOKEN" in exposed.one_error_line()
+
+
+def test_with_the_broker_down_requests_are_recorded_and_say_so(
+    fleet: Fleet, pg: object, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    down = start_server(fleet, tmp_path, NAHIDA_BROKER_URL="redis://127.0.0.1:1/0")
+    try:
+        with down.client() as http:
+            posted = http.post("/v1/sessions", json={"job": JOB, "workspace": str(repo)})
+            assert posted.status_code == 202, posted.text
+            body = posted.json()
+            assert body["delivered"] is False and body["session"]["status"] == "queued"
+            session_id = body["session"]["session_id"]
+            assert http.get(f"/v1/sessions/{session_id}").status_code == 200
+            steered = http.post(f"/v1/sessions/{session_id}/steer", json={"text": "more"})
+            assert steered.status_code == 202 and steered.json()["delivered"] is False
+    finally:
+        down.stop()

@@ -1,0 +1,232 @@
+"""Every documented exit code and error kind through the INSTALLED ``nahida`` (issue 16).
+
+Each case runs the console script in a subprocess and checks the exit code,
+that the error is one line, and that no traceback is printed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from nahida_workers.core.records import InboxStatus
+from nahida_workers.fleet_harness import make_repo
+from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.ports import SystemClock
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.testing import scripted_spec
+from tests.cli.helpers import SURVEY, clean_env, nahida
+from tests.conftest import truncate
+
+CLOSED_PORT_PG = "postgresql+psycopg://postgres@127.0.0.1:1/nahida"
+CLOSED_PORT_REDIS = "redis://127.0.0.1:1/0"
+
+
+# -- 0 and 2: usage errors -------------------------------------------------------
+def test_help_exits_0(tmp_path: Path) -> None:
+    done = nahida(["--help"], cwd=tmp_path)
+    assert done.code == 0 and "Usage" in done.stdout and "Exit codes" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["runs", "list", "--local"], "Missing argument"),
+        (["bogus"], "No such command"),
+        (["batch"], "Missing argument"),
+        (["status", "--no-such-option"], "No such option"),
+        (["batch", str(SURVEY), "--workers", "zero"], "--workers"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    done = nahida(args, cwd=tmp_path)
+    assert done.code == 2, done.output
+    line = done.one_error_line()
+    assert line.startswith("error:") and needle in line and "--help" in line
+
+
+def test_status_local_on_a_fresh_directory_lists_nothing_and_exits_0(tmp_path: Path) -> None:
+    done = nahida(["status", "--local"], cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert "no batches yet" in done.stdout
+    as_json = nahida(["status", "--local", "--json"], cwd=tmp_path)
+    assert as_json.code == 0 and '"batches": []' in as_json.stdout
+
+
+# -- 2: input errors ----------------------------------------------------------------
+def _job(tmp_path: Path, body: bytes) -> Path:
+    path = tmp_path / f"job-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_bytes(body)
+    return path
+
+
+def test_input_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    cases = {
+        # rich markup would eat "[unclosed"; the line must keep it
+        "[unclosed": b"name: x\nprompt: [unclosed\n",
+        "not UTF-8": b"name: x\nprompt: \xff\xfe caf\xe9\n",
+        "expands to more than": b"a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+        + b"".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n".encode()
+            for i in range(8)
+        )
+        + b"prompt: hi\n",
+        "max_steps": b"name: x\nprompt: hi\nlimits: {max_steps: 0}\n",
+    }
+    for needle, body in cases.items():
+        done = nahida(
+            ["batch", str(_job(tmp_path, body)), "--local", "--repo", str(repo)],
+            cwd=tmp_path,
+            timeout=60,
+        )
+        assert done.code == 2, (needle, done.output)
+        assert needle in done.one_error_line(), done.output
+
+
+def test_a_non_utf8_argument_is_an_input_error(tmp_path: Path) -> None:
+    done = nahida(["steer", "abcd1234", b"caf\xe9 [x]"], cwd=tmp_path)
+    assert done.code == 2, done.output
+    assert "not valid UTF-8" in done.one_error_line()
+
+
+# -- 3: infrastructure ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["migrate"], ["runs", "list", "abcd1234"], ["batch", str(SURVEY), "--repo", "."]],
+)
+def test_a_closed_database_port_exits_3_naming_the_setting(tmp_path: Path, args: list[str]) -> None:
+    make_repo(tmp_path / "r")
+    done = nahida(args, cwd=tmp_path / "r", env=clean_env(NAHIDA_DATABASE_URL=CLOSED_PORT_PG))
+    assert done.code == 3, done.output
+    line = done.one_error_line()
+    assert "NAHIDA_DATABASE_URL" in line and "127.0.0.1:1" in line
+
+
+def test_a_missing_database_says_createdb(tmp_path: Path, postgres_url: str) -> None:
+    missing = postgres_url.rsplit("/", 1)[0] + f"/nahida_missing_{uuid.uuid4().hex[:6]}"
+    for args in (["status"], ["migrate"]):
+        done = nahida(args, cwd=tmp_path, env=clean_env(NAHIDA_DATABASE_URL=missing))
+        assert done.code == 3, done.output
+        line = done.one_error_line()
+        assert "does not exist" in line and "createdb" in line and "nahida migrate" in line
+
+
+def test_postgres_scheme_is_accepted_and_a_malformed_url_is_a_setting_error(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    plain = "postgres://" + postgres_url.split("://", 1)[1]
+    done = nahida(["status", "--json"], cwd=tmp_path, env=clean_env(NAHIDA_DATABASE_URL=plain))
+    assert done.code == 0, done.output
+    bad = nahida(["status"], cwd=tmp_path, env=clean_env(NAHIDA_DATABASE_URL="nonsense::/x"))
+    assert bad.code == 2, bad.output
+    assert "NAHIDA_DATABASE_URL" in bad.one_error_line()
+
+
+# -- 4: recorded, delivered when the broker is back ------------------------------------
+class _NoQueue:
+    def publish_session(self, session_id: str, *, task_id: str) -> None:
+        """Publishes nothing (the session only needs to exist)."""
+
+
+def _session(ledger: SqlLedger, workspace: Path) -> str:
+    dispatcher = Dispatcher(ledger, _NoQueue(), SystemClock())
+    session, _ = dispatcher.submit(scripted_spec([{"text": "hi"}]), workspace=str(workspace))
+    return session.session_id
+
+
+def _broker_down_env(postgres_url: str, redis_server: str) -> dict[str, str]:
+    return clean_env(
+        NAHIDA_DATABASE_URL=postgres_url,
+        NAHIDA_BROKER_URL=CLOSED_PORT_REDIS,
+        NAHIDA_RESULT_BACKEND_URL=CLOSED_PORT_REDIS,
+        NAHIDA_REDIS_URL=f"{redis_server}/10",
+        NAHIDA_REDIS_KEY_PREFIX=f"cli:{uuid.uuid4().hex[:6]}:",
+    )
+
+
+def test_steer_and_cancel_with_the_broker_down_say_recorded_and_exit_4(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
+) -> None:
+    session_id = _session(postgres_ledger, tmp_path)
+    env = _broker_down_env(postgres_url, redis_server)
+    steered = nahida(
+        ["steer", session_id[:10], "also check [docs]", "--message-id", "m-1"],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert steered.code == 4, steered.output
+    assert "recorded; will be delivered when the broker is back" in steered.stdout
+    assert "Traceback" not in steered.output
+    pending = postgres_ledger.inbox(session_id, statuses=[InboxStatus.PENDING])
+    assert [(m.message_id, m.text) for m in pending] == [("m-1", "also check [docs]")]
+    assert postgres_ledger.pending_outbox(), "the re-dispatch waits in the outbox for the sweeper"
+
+    cancelled = nahida(["cancel", session_id], cwd=tmp_path, env=env)
+    assert cancelled.code == 4, cancelled.output
+    assert "recorded" in cancelled.stdout and "Traceback" not in cancelled.output
+
+
+def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
+) -> None:
+    truncate(postgres_ledger.engine)
+    repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
+    args: list[str | bytes] = ["batch", str(SURVEY)]
+    for repo in repos:
+        args += ["--repo", str(repo)]
+    done = nahida(args, cwd=tmp_path, env=_broker_down_env(postgres_url, redis_server))
+    assert done.code == 4, done.output
+    assert "3 session(s) recorded; will be delivered when the broker is back" in done.stdout
+    assert "Traceback" not in done.output
+    assert len(postgres_ledger.sessions()) == 3
+    assert len(postgres_ledger.pending_outbox()) == 3
+
+
+def test_the_ledger_down_is_not_recorded_but_exit_3(tmp_path: Path) -> None:
+    done = nahida(
+        ["steer", "abcd1234", "hello"],
+        cwd=tmp_path,
+        env=clean_env(NAHIDA_DATABASE_URL=CLOSED_PORT_PG),
+    )
+    assert done.code == 3, done.output
+    assert "recorded" not in done.output and "NAHIDA_DATABASE_URL" in done.one_error_line()
+
+
+# -- short ids ---------------------------------------------------------------------
+def test_ids_are_accepted_by_unique_prefix_and_ambiguity_is_refused(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger
+) -> None:
+    truncate(postgres_ledger.engine)
+    dispatcher = Dispatcher(postgres_ledger, _NoQueue(), SystemClock())
+    ids = iter(["aaaa1111" + "0" * 24, "aaaa2222" + "0" * 24, "r1" + "0" * 30, "t1", "o1"])
+    dispatcher.ids = lambda: next(ids)
+    session, _ = dispatcher.submit(scripted_spec([{"text": "hi"}]), workspace=str(tmp_path))
+    dispatcher.ids = iter(["aaaa2222" + "0" * 24, "r2" + "0" * 30, "t2", "o2"]).__next__
+    dispatcher.submit(scripted_spec([{"text": "hi"}]), workspace=str(tmp_path))
+    env = clean_env(NAHIDA_DATABASE_URL=postgres_url)
+    listed = nahida(["runs", "list", "aaaa1", "--json"], cwd=tmp_path, env=env)
+    assert listed.code == 0, listed.output
+    assert session.session_id in listed.stdout
+    ambiguous = nahida(["runs", "list", "aaaa"], cwd=tmp_path, env=env)
+    assert ambiguous.code == 2 and "ambiguous" in ambiguous.one_error_line()
+    unknown = nahida(["runs", "show", "ffff"], cwd=tmp_path, env=env)
+    assert unknown.code == 2 and "no run ffff" in unknown.one_error_line()
+
+
+def test_a_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for args in (
+            ["serve", "--port", port],
+            ["mock-llm", "--script", str(SURVEY), "--port", port],
+        ):
+            done = nahida(args, cwd=tmp_path, timeout=60)
+            assert done.code == 2, done.output
+            assert "Address already in use" in done.one_error_line()

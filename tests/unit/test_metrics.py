@@ -1,0 +1,103 @@
+"""Fleet metrics: what one session records, and several processes behind one port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+from prometheus_client import REGISTRY
+
+from nahida_workers.fleet_harness import wait_for
+from nahida_workers.testing import memory_runner, run_inline, scripted_spec
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _value(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_session_records_tool_provider_and_commit_metrics(tmp_path: Path) -> None:
+    before_calls = _value("nahida_tool_calls_total", {"tool": "LS", "status": "ok"})
+    before_turns = _value(
+        "nahida_provider_call_seconds_count", {"provider": "scripted", "model": "scripted"}
+    )
+    before_seal = _value("nahida_commit_seconds_count", {"point": "seal"})
+    before_tokens = _value(
+        "nahida_provider_tokens_total",
+        {"provider": "scripted", "model": "scripted", "kind": "output"},
+    )
+    runner = memory_runner()
+    spec = scripted_spec(
+        [
+            {
+                "text": "look",
+                "tool_calls": [{"id": "a", "name": "LS", "arguments": {}}],
+                "usage": {"input_tokens": 10, "output_tokens": 7},
+            },
+            {"text": "done"},
+        ],
+        tools=["LS"],
+    )
+    run_inline(spec, tmp_path, runner=runner)
+    assert _value("nahida_tool_calls_total", {"tool": "LS", "status": "ok"}) == before_calls + 1
+    assert _value("nahida_tool_call_seconds_count", {"tool": "LS"}) >= 1
+    provider = {"provider": "scripted", "model": "scripted"}
+    assert _value("nahida_provider_call_seconds_count", provider) == before_turns + 2
+    assert _value("nahida_commit_seconds_count", {"point": "seal"}) == before_seal + 1
+    assert _value("nahida_commit_seconds_count", {"point": "results"}) >= 1
+    tokens = {**provider, "kind": "output"}
+    assert _value("nahida_provider_tokens_total", tokens) == before_tokens + 7
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from nahida_workers import metrics
+    metrics.TOOL_CALLS.labels(sys.argv[2], "ok").inc(3)
+    metrics.SESSIONS_QUEUED.set(int(sys.argv[3]))
+    print("served" if metrics.serve_metrics(int(sys.argv[1])) else "writer", flush=True)
+    time.sleep(30)
+    """
+)
+
+
+def test_worker_processes_share_one_port_in_multiprocess_mode(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    procs = []
+    try:
+        for tool, queued in (("Read", "5"), ("Grep", "7")):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(port), tool, queued],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            procs[-1].role = proc.stdout.readline().strip()  # type: ignore[attr-defined]
+        assert sorted(p.role for p in procs) == ["served", "writer"]  # type: ignore[attr-defined]
+
+        def scraped() -> str:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            return text if 'tool="Grep"' in text and 'tool="Read"' in text else ""
+
+        text = wait_for(scraped, timeout=10, what="both processes' samples on one port")
+        assert 'nahida_tool_calls_total{status="ok",tool="Read"} 3.0' in text
+        assert 'nahida_tool_calls_total{status="ok",tool="Grep"} 3.0' in text
+        assert "nahida_sessions_queued 7.0" in text  # the most recent value set
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
