@@ -38,6 +38,7 @@ LEDGER_TABLES = (
     "dispatch_outbox",
     "sessions",
     "batches",
+    "prompt_artifacts",
 )
 
 

@@ -8,6 +8,7 @@ suite (``tests/contract/test_ledger_contract.py``) runs against both.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -83,6 +84,7 @@ class MemoryLedger:
         self._outbox: dict[str, OutboxRecord] = {}
         self._inbox: dict[str, InboxMessage] = {}
         self._fleet: dict[str, str] = {}
+        self._artifacts: dict[str, bytes] = {}
         self.commit_hook: Callable[[], None] | None = None
         self.ack_hook: Callable[[], None] | None = None
 
@@ -353,16 +355,70 @@ class MemoryLedger:
             )
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
-        """Increment the fencing epoch; status → running."""
+        """Increment the fencing epoch; status → running; settle the crash counter.
+
+        The previous owner, if still open, counts as a crashed delivery unless
+        it made progress (``ledger/sql_owners.py``); the new owner is open.
+        """
         with self.transaction() as tx:
             session = self._sessions.get(session_id)
             if session is None:
                 raise NotFoundError(f"no session {session_id}")
             epoch = session.lease_epoch + 1
+            streak = session.crash_streak
+            if session.open_epoch is not None:
+                gone = self._progressed(session_id, session.open_epoch)
+                streak = 0 if gone else streak + 1
             self._update_session(
-                tx, session_id, lease_epoch=epoch, status=SessionStatus.RUNNING, updated_at=at
+                tx,
+                session_id,
+                lease_epoch=epoch,
+                status=SessionStatus.RUNNING,
+                updated_at=at,
+                open_epoch=epoch,
+                crash_streak=streak,
             )
         return epoch
+
+    def _progressed(self, session_id: str, epoch: int) -> bool:
+        """A finished tool execution or a seal written at ``epoch`` (``sql_owners.py``)."""
+        for run in self._runs.values():
+            if run.session_id != session_id:
+                continue
+            if any(
+                r.epoch == epoch and r.status.value not in ("interrupted", "aborted")
+                for r in self._receipts.get(run.run_id, [])
+            ):
+                return True
+            if any(
+                e.epoch == epoch and e.type is EventType.TERMINAL
+                for e in self._events.get(run.run_id, [])
+            ):
+                return True
+        return False
+
+    def close_owner(self, session_id: str, epoch: int, *, at: datetime) -> None:
+        """Hand the session back cleanly (no-op when a later owner took over)."""
+        with self._lock:  # one row update: no journal needed (and no commit_hook)
+            session = self._sessions.get(session_id)
+            if session is None or session.open_epoch != epoch:
+                return
+            streak = 0 if self._progressed(session_id, epoch) else session.crash_streak
+            self._sessions[session_id] = session.model_copy(
+                update={"open_epoch": None, "crash_streak": streak}
+            )
+
+    def put_artifact(self, data: bytes, *, at: datetime) -> str:
+        """Store ``data`` whole (once); returns its sha256 hex."""
+        digest = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._artifacts.setdefault(digest, bytes(data))
+        return digest
+
+    def get_artifact(self, sha256: str) -> bytes | None:
+        """The stored bytes of artifact ``sha256`` (unchecked), or None."""
+        with self._lock:
+            return self._artifacts.get(sha256)
 
     def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
         """Store ``value`` under ``key``; return the value it replaced (None if new)."""
