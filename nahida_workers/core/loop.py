@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.bounds import BoundLimits, BoundPrompt, BoundStop, check_bounds
+from nahida_workers.core.bounds import (
+    BoundLimits,
+    BoundPrompt,
+    BoundStop,
+    action_streak,
+    calls_within_bound,
+    check_bounds,
+)
 from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
@@ -35,6 +42,7 @@ from nahida_workers.core.messages import (
     ToolChoice,
     ToolSchema,
 )
+from nahida_workers.core.non_answers import GiveUp, Repair, judge_non_answer
 from nahida_workers.core.ordering import Batch, plan_batches
 from nahida_workers.core.payloads import call_payload, result_payload
 from nahida_workers.core.policy import (
@@ -204,6 +212,15 @@ def _event(
     )
 
 
+#: Final texts of reasons that say more than "not finished" (issue 10 item 3).
+_OWN_TEXT = {
+    ReasonCode.REFUSED: "The model declined the request (refused); the work was not done.",
+    ReasonCode.CONTENT_FILTERED: (
+        "The provider's content filter stopped the reply (content filtered); the work was not done."
+    ),
+}
+
+
 def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -> str:
     """The final text a user sees; for anything but completed the runtime writes it.
 
@@ -211,6 +228,8 @@ def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -
     """
     if state is TerminalState.COMPLETED:
         return answer
+    if reason in _OWN_TEXT:
+        return _OWN_TEXT[reason]
     plain = {
         TerminalState.UNVERIFIED: "The work is not verified",
         TerminalState.INCOMPLETE: "The work is not finished",
@@ -228,15 +247,28 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         return _finish(TerminalState.CANCELLED, ReasonCode.CANCELLED)
     pending = state.pending_calls()
     if pending:
-        return RunBatch(plan_batches(pending, config.may_fan_out)[0])
+        allowed = calls_within_bound(state, pending, config.bounds)
+        if allowed == 0:
+            return _refuse_past_bound(state, pending, signals)
+        return RunBatch(plan_batches(pending[:allowed], config.may_fan_out)[0])
     last = state.last_of(EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT)
     if (
         last is not None
         and last.type is EventType.ASSISTANT_OUTPUT
         and not last.payload.get("call_ids")
+        and last.payload.get("stop_reason") != StopReason.PAUSE_TURN.value
     ):
+        # A paused turn (pause_turn) is not judged: the next call continues it.
         if last.payload.get("stop_reason") == StopReason.MAX_TOKENS.value:
             return _truncated(state, config, signals)
+        verdict = judge_non_answer(state, last, pending_steering=signals.pending_steering)
+        if isinstance(verdict, GiveUp):
+            return _finish(verdict.state, verdict.reason, code=verdict.failure_code)
+        if isinstance(verdict, Repair):
+            if state.turns >= config.max_steps:
+                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+            source = "correction" if verdict.control.get("kind") == "correction" else "repair"
+            return _prompt(state, signals, verdict.control, verdict.text, source)
         return _judge_candidate(state, config, signals, last)
     if state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
@@ -259,6 +291,7 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         ProviderRequest(
             run_id=state.run_id,
             turn_index=state.turns,
+            run_index=state.run_index,
             system=config.system_prompt,
             messages=tuple(_transcript(state, config)),
             tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
@@ -305,8 +338,35 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
     )
 
 
+def _refuse_past_bound(state: RunState, pending: Sequence[ToolCall], signals: Signals) -> Persist:
+    """Error results for calls the doom-loop bound stops before they run (issue 10 item 6).
+
+    Every call still waiting gets one -- the run ends at the next boundary
+    (``check_bounds``), so none of them will run -- recorded and paired like
+    any result.
+    """
+    streak = action_streak(state, through=pending[0].call_id)
+    count = streak.count if streak is not None else 0
+    events = []
+    for i, call in enumerate(pending):
+        payload = result_payload(
+            call_id=call.call_id,
+            name=call.name,
+            status=ToolStatus.ERROR,
+            content=f"not run: {call.name} was called with the same input {count} times in a "
+            "row, past the run's repeat bound; the run stops here (doom loop)."
+            if i == 0
+            else "not run: the run stopped at the repeat bound (doom loop) before this call.",
+        )
+        payload["reason"] = ReasonCode.DOOM_LOOP.value
+        events.append(_event(state, i, EventType.TOOL_RESULT, payload, signals.now, call.call_id))
+    return Persist(tuple(events))
+
+
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
-    messages = project(state.events, memo=state.memo)
+    # A session is a conversation (DESIGN.md section 8): earlier runs come first.
+    events = [*state.history, *state.events] if state.history else state.events
+    messages = project(events, memo=state.memo)
     if config.context_budget_tokens is None:
         return messages
     known = state.token_estimates
@@ -405,6 +465,10 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
         "model": turn.model,
         "call_ids": [c.call_id for c in calls],
     }
+    if turn.refusal:
+        payload["refusal"] = turn.refusal
+    if turn.content_blocks:
+        payload["content_blocks"] = [dict(b) for b in turn.content_blocks]
     events = [_event(state, 0, EventType.ASSISTANT_OUTPUT, payload, now)]
     for i, call in enumerate(calls):
         events.append(
