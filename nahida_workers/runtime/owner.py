@@ -58,15 +58,17 @@ from nahida_workers.errors import (
     StaleEpochError,
 )
 from nahida_workers.ports import Fence
+from nahida_workers.runtime.artifacts import artifact_problem, artifact_refs
 from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
-from nahida_workers.runtime.prestart import PreStart
+from nahida_workers.runtime.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.prompt_artifact import ReadPromptArtifact
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.session import SessionRunner
@@ -135,8 +137,16 @@ class SessionOwner(CommitPoints):
             self._run_one(run)
             outcome = SessionOutcome.FINISHED
 
-    def abandon(self) -> None:
-        """Seal the open run ``failed/abandoned`` after closing its orphan calls."""
+    def abandon(
+        self,
+        reason: ReasonCode = ReasonCode.ABANDONED,
+        code: FailureCode = FailureCode.ABANDONED,
+    ) -> None:
+        """Seal the open run ``failed/<reason>`` after closing its orphan calls.
+
+        ``abandoned`` (the sweeper: no owner, no progress) by default;
+        ``poison_session`` when deliveries kept crashing (``runtime/poison.py``).
+        """
         runs = self.r.ledger.runs_of(self.session.session_id)
         run = next((r for r in reversed(runs) if r.terminal_state is None), None)
         if run is None:
@@ -150,13 +160,8 @@ class SessionOwner(CommitPoints):
         recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
         if recovered:
             self.commit(state, recovered)
-        failed, reason = TerminalState.FAILED, ReasonCode.ABANDONED
-        log.warning("run %s: no progress with no owner; sealing it failed/abandoned", run.run_id)
-        self.seal(
-            state,
-            run,
-            Finish(failed, reason, final_text_for(failed, reason), FailureCode.ABANDONED),
-        )
+        log.warning("run %s: sealing it failed/%s", run.run_id, reason.value)
+        self._seal_failed(state, run, reason, code)
 
     def _next_run(self) -> RunRecord | None:
         """Input that arrived after the last run sealed starts the next run."""
@@ -195,7 +200,14 @@ class SessionOwner(CommitPoints):
 
     def _run_one(self, run: RunRecord) -> None:
         events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
-        state = RunState.from_ledger(run.run_id, events, receipts)
+        earlier = self._earlier_runs(run)
+        state = RunState.from_ledger(
+            run.run_id,
+            events,
+            receipts,
+            history=[e for r in earlier for e in self.r.ledger.events(r.run_id)],
+            run_index=len(earlier),
+        )
         self._inbox_pending = sum(
             1
             for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
@@ -204,7 +216,22 @@ class SessionOwner(CommitPoints):
         try:
             self.spec = _spec_of(self.session)
             registry = self.r.registry_for(self.spec)
+            artifacts = artifact_refs([*state.history, *state.events])
+            if artifacts:
+                registry = registry.with_tool(
+                    ReadPromptArtifact(self.r.ledger.get_artifact, artifacts)
+                )
             self._recover(state, run, registry)
+            problem = artifact_problem(self.r.ledger.get_artifact, artifacts)
+            if problem is not None and state.terminal is None:
+                log.error("run %s: %s; failing it before any provider call", run.run_id, problem)
+                self._seal_failed(
+                    state,
+                    run,
+                    ReasonCode.PROMPT_ARTIFACT_INVALID,
+                    FailureCode.PROMPT_ARTIFACT_INVALID,
+                )
+                return
             self.drive(state, run, registry)
         except (LeaseLostError, StaleEpochError):
             raise
@@ -222,6 +249,18 @@ class SessionOwner(CommitPoints):
         except Exception as exc:
             log.exception("run %s: unexpected error; sealing it failed", run.run_id)
             self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
+
+    def _earlier_runs(self, run: RunRecord) -> list[RunRecord]:
+        """The session's runs before ``run`` (DESIGN.md section 8: one conversation)."""
+        runs = self.r.ledger.runs_of(self.session.session_id)
+        ids = [r.run_id for r in runs]
+        return runs[: ids.index(run.run_id)] if run.run_id in ids else []
+
+    def _seal_failed(
+        self, state: RunState, run: RunRecord, reason: ReasonCode, code: FailureCode
+    ) -> None:
+        failed = TerminalState.FAILED
+        self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
 
     def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
         """Settle what the previous owner left open (core/recovery.py), once, in order."""
@@ -262,6 +301,8 @@ class SessionOwner(CommitPoints):
             contract=self.spec.contract,
         )
         provider = self.r.provider_for(self.spec)
+        fallback = FallbackGuard()
+        fallback.attach(provider)
         config = LoopConfig(
             system_prompt=self.spec.system_prompt,
             tools=registry.schemas(),
@@ -307,6 +348,7 @@ class SessionOwner(CommitPoints):
                     self.commit(state, events)
                 case CallProvider(request=request):
                     prestart = self._prestart(job, registry)
+                    fallback.arm(job, prestart)
                     try:
                         turn = provider.complete(
                             request, on_tool_call=prestart.offer if prestart else None
