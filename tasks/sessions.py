@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from nahida_workers.errors import RunError
-from nahida_workers.runtime.redelivery import plan_follow_up
+from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
 from nahida_workers.runtime.session import SessionOutcome
 from tasks.app import app, fleet, settings
 from tasks.celeryconfig import RUN_SESSION
@@ -43,8 +43,9 @@ def run_session(self: Any, session_id: str, seen_owner: str | None = None, hop: 
             and its place in the chain.
     """
     current = fleet()
+    tag = delivery_tag(str(self.request.id or ""))
     try:
-        outcome = current.runner.run(session_id)
+        outcome = current.runner.run(session_id, delivery_tag=tag)
     except RunError as exc:
         if not exc.retryable:
             raise
@@ -61,6 +62,7 @@ def run_session(self: Any, session_id: str, seen_owner: str | None = None, hop: 
             ttl_ms=current.leases.ttl_ms(session_id),
             seen_owner=seen_owner,
             hop=hop,
+            tag=tag,
             lease_ttl_s=conf.lease_ttl_s,
             visibility_timeout_s=conf.visibility_timeout_s,
             max_hops=conf.follow_up_max_hops,

@@ -20,7 +20,10 @@ expire (:func:`plan_follow_up`), carrying the owner token it saw:
   most ``max_hops`` times;
 * when a different owner holds it, the follow-up ends: that owner took the
   session in a delivery of its own, whose message (or a follow-up of it)
-  follows it in turn.
+  follows it in turn -- unless that owner took it in *this very message*
+  (the owner token carries a tag of the message, :func:`delivery_tag`): a
+  message whose owner died is requeued by the prefork parent or restored by
+  the broker, and then it is the one that must follow its dead owner.
 
 A delivery that lost its lease mid-run leaves a follow-up only when nobody
 holds the lease (a paused owner that woke up after its lease expired).
@@ -36,11 +39,17 @@ Poison sessions (item 2) are counted in the ledger, not here: see
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from nahida_workers.runtime.owner import SessionOutcome
 
-__all__ = ["FollowUp", "is_poison", "plan_follow_up"]
+__all__ = ["FollowUp", "delivery_tag", "is_poison", "plan_follow_up"]
+
+
+def delivery_tag(message_id: str) -> str:
+    """A short tag of a broker message id (the same for every redelivery of it)."""
+    return "d" + hashlib.sha256(message_id.encode()).hexdigest()[:10]
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ def plan_follow_up(
     ttl_ms: int | None,
     seen_owner: str | None,
     hop: int,
+    tag: str = "",
     lease_ttl_s: float,
     visibility_timeout_s: float,
     max_hops: int,
@@ -77,6 +87,7 @@ def plan_follow_up(
             milliseconds, read after the delivery ended (None: not held).
         seen_owner / hop: what this delivery itself carried (None / 0 for a
             first delivery).
+        tag: this delivery's :func:`delivery_tag` (in the owner tokens it makes).
         lease_ttl_s / visibility_timeout_s: the fleet's settings, in seconds.
         max_hops: the longest chain that follows one live owner.
     """
@@ -89,7 +100,8 @@ def plan_follow_up(
         return None if holder is not None else FollowUp(None, next_hop, min(margin_s, cap_s))
     if outcome is not SessionOutcome.LEASE_HELD:
         return None
-    if holder is not None and seen_owner is not None and holder != seen_owner:
+    mine = bool(tag) and holder is not None and holder.endswith(f":{tag}")
+    if holder is not None and seen_owner is not None and holder != seen_owner and not mine:
         return None  # a newer owner: its own delivery follows it
     if holder is None:  # freed since: take it now
         return FollowUp(None, next_hop, 0.0)

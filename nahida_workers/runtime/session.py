@@ -48,9 +48,15 @@ __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 log = logging.getLogger(__name__)
 
 
-def owner_token() -> str:
-    """A lease owner token unique to this process and call: ``host:pid:uuid``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+def owner_token(delivery_tag: str = "") -> str:
+    """A lease owner token unique to this process and call: ``host:pid:uuid[:tag]``.
+
+    ``delivery_tag`` names the broker message the owner runs in
+    (``runtime/redelivery.py``: a requeued copy of that message recognises
+    the lease its dead owner left).
+    """
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{token}:{delivery_tag}" if delivery_tag else token
 
 
 @dataclass
@@ -108,11 +114,12 @@ class SessionRunner:
         finally:
             self.leases.release(session_id, owner)
 
-    def run(self, session_id: str) -> SessionOutcome:
+    def run(self, session_id: str, *, delivery_tag: str = "") -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
 
         A delivery that finds the session done or the lease held returns
-        without writing anything (case B01).
+        without writing anything (case B01).  ``delivery_tag`` (see
+        :func:`owner_token`) is put in the lease's owner token.
 
         Raises:
             LedgerError / ProviderError: infrastructure failures the caller may
@@ -123,7 +130,7 @@ class SessionRunner:
             return SessionOutcome.NOT_FOUND
         if session.status is SessionStatus.DONE:
             return SessionOutcome.ALREADY_DONE
-        owner = owner_token()
+        owner = owner_token(delivery_tag)
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             log.info("session %s: lease held by another owner; delivery exits", session_id)
             return SessionOutcome.LEASE_HELD
