@@ -87,10 +87,10 @@ class Dispatcher:
         """
         now = self.clock.now()
         config = spec.model_dump(mode="json")
-        prompt: dict[str, Any] = {"text": spec.prompt}
+        user_input: dict[str, Any] = {"text": spec.prompt}
         if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
-            prompt = store_user_input(self.ledger, spec.prompt, at=now)
-            config["prompt"] = prompt["text"]  # stored once, in the artifact
+            user_input = store_user_input(self.ledger, spec.prompt, at=now)
+            config["prompt"] = user_input["text"]  # stored once, in the artifact
         session = SessionRecord(
             session_id=session_id or self.ids(),
             parent_id=parent_id,
@@ -121,7 +121,7 @@ class Dispatcher:
             run_id=run.run_id,
             sequence=1,
             type=EventType.USER_INPUT,
-            payload={**prompt, "source": "prompt", "message_id": None},
+            payload={**user_input, "source": "prompt", "message_id": None},
             created_at=now,
         )
         stored, created = self.ledger.open_session(session, run, [prompt], outbox)

@@ -129,16 +129,16 @@ class FallbackGuard:
         inner = getattr(provider, "providers", None)
         if not hasattr(provider, "on_fallback") or not isinstance(inner, tuple):
             return 0
-        before = provider.on_fallback  # type: ignore[attr-defined]
+        before = provider.on_fallback
         if before is None:
-            provider.on_fallback = self.on_fallback  # type: ignore[attr-defined]
+            provider.on_fallback = self.on_fallback
         else:
 
             def both(from_name: str, to_name: str) -> None:
                 before(from_name, to_name)
                 self.on_fallback(from_name, to_name)
 
-            provider.on_fallback = both  # type: ignore[attr-defined]
+            provider.on_fallback = both
         return 1 + sum(self.attach(p) for p in inner)
 
     def arm(self, job: CallJob, prestart: PreStart | None) -> None:
