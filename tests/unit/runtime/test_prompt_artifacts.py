@@ -83,6 +83,9 @@ def test_a_large_prompt_is_an_artifact_the_model_reads_with_a_tool(
     )
     run = any_ledger.runs_of(sid)[0]
     prompt = any_ledger.events(run.run_id)[0]
+    assert "artifact" in prompt.payload, "a large prompt is stored as an artifact"
+    from nahida_workers.runtime.artifacts import HEAD_CHARS, TAIL_CHARS
+
     meta = prompt.payload["artifact"]
     assert meta["sha256"] == SHA and meta["size"] == len(BIG.encode()) and meta["chars"] == len(BIG)
     assert meta["head"] == BIG[:HEAD_CHARS] and meta["tail"] == BIG[-TAIL_CHARS:]
