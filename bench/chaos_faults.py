@@ -59,7 +59,10 @@ class Chaos:
 
         def start() -> Worker:
             worker = self.fleet.start_worker(
-                queues="sessions", concurrency=self.plan.concurrency, name=self._name("sessions")
+                queues="sessions",
+                concurrency=self.plan.concurrency,
+                name=self._name("sessions"),
+                pool=self.plan.pool,
             )
             with self._lock:
                 self.session_workers.append(worker)
