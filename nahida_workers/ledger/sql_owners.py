@@ -82,7 +82,12 @@ class OwnerOps:
                 .where(and_(s.session_id == session_id, s.open_epoch == epoch))
                 .values(
                     open_epoch=None,
-                    crash_streak=case((progressed_at(epoch), 0), else_=s.crash_streak),
+                    # No crash counted so far (the usual case): no progress query.
+                    crash_streak=case(
+                        (s.crash_streak == 0, 0),
+                        (progressed_at(epoch), 0),
+                        else_=s.crash_streak,
+                    ),
                 )
             )
 
