@@ -67,8 +67,9 @@ class Settings(BaseSettings):
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
-    # User input larger than this (JSON-encoded, bytes) is stored as a prompt
-    # artifact; the model sees an excerpt and reads the rest with a tool.
+    # User input larger than this (JSON-encoded, bytes; at most half of
+    # event_payload_max_bytes is used) is stored as a prompt artifact; the
+    # model sees an excerpt and reads the rest with a tool.
     prompt_inline_max_bytes: int = Field(64 * 1024, ge=1024)
     local_tool_threads: int = Field(8, ge=1)
     remote_tools: bool = True
@@ -96,13 +97,16 @@ class Settings(BaseSettings):
                 f"visibility_timeout_s ({self.visibility_timeout_s}) must be larger than "
                 f"lease_ttl_s ({self.lease_ttl_s})"
             )
-        # An excerpt event must fit an event row whole (issue 10 item 5).
-        if self.prompt_inline_max_bytes > self.event_payload_max_bytes // 2:
-            raise ValueError(
-                f"prompt_inline_max_bytes ({self.prompt_inline_max_bytes}) must be at most half "
-                f"of event_payload_max_bytes ({self.event_payload_max_bytes})"
-            )
         return self
+
+    @property
+    def inline_prompt_max_bytes(self) -> int:
+        """Input larger than this is stored as a prompt artifact (bytes of its JSON).
+
+        ``prompt_inline_max_bytes``, but never more than half an event row:
+        an input kept inline must fit its event whole (issue 10 item 5).
+        """
+        return min(self.prompt_inline_max_bytes, self.event_payload_max_bytes // 2)
 
     @property
     def lease_ttl_ms(self) -> int:

@@ -63,7 +63,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
     if callable(close):
         close()
     offered = set(registry.names())
-    if needs_artifact(spec.prompt, settings.prompt_inline_max_bytes):
+    if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
         offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt
     unknown = unknown_script_tools(spec.provider, offered)
     if unknown:

@@ -215,7 +215,7 @@ def build_fleet(
         poison_after_crashes=settings.poison_after_crashes,
     )
     dispatcher = Dispatcher(
-        ledger, queue, clock, prompt_inline_max_bytes=settings.prompt_inline_max_bytes
+        ledger, queue, clock, prompt_inline_max_bytes=settings.inline_prompt_max_bytes
     )
     inbox = Inbox(
         ledger,
