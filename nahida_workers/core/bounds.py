@@ -26,10 +26,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.events import EventType, ReasonCode, TerminalState
+from nahida_workers.core.events import Event, EventType, ReasonCode, TerminalState, ToolStatus
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import result_payload
 from nahida_workers.core.state import RunState
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "action_streak",
     "calls_within_bound",
     "check_bounds",
+    "refusal_events",
 ]
 
 
@@ -157,6 +160,42 @@ def calls_within_bound(state: RunState, pending: Sequence[ToolCall], limits: Bou
         if streak is not None and streak.count > limits.action_stop_at:
             return index
     return len(pending)
+
+
+def refusal_events(
+    state: RunState, pending: Sequence[ToolCall], *, now: datetime
+) -> tuple[Event, ...]:
+    """Error results for the calls the stop bound keeps from running (issue 10 item 6).
+
+    Every call still waiting gets one -- the run ends at the next boundary
+    (:func:`check_bounds`), so none of them will run -- recorded and paired
+    like any result, with ``reason: doom_loop``.
+    """
+    streak = action_streak(state, through=pending[0].call_id)
+    count = streak.count if streak is not None else 0
+    events = []
+    for i, call in enumerate(pending):
+        payload = result_payload(
+            call_id=call.call_id,
+            name=call.name,
+            status=ToolStatus.ERROR,
+            content=f"not run: {call.name} was called with the same input {count} times in a "
+            "row, past the run's repeat bound; the run stops here (doom loop)."
+            if i == 0
+            else "not run: the run stopped at the repeat bound (doom loop) before this call.",
+        )
+        payload["reason"] = ReasonCode.DOOM_LOOP.value
+        events.append(
+            Event(
+                run_id=state.run_id,
+                sequence=state.next_sequence + i,
+                type=EventType.TOOL_RESULT,
+                payload=payload,
+                call_id=call.call_id,
+                created_at=now,
+            )
+        )
+    return tuple(events)
 
 
 def _text_streak(state: RunState) -> tuple[str, int, int] | None:

@@ -18,9 +18,9 @@ from nahida_workers.core.bounds import (
     BoundLimits,
     BoundPrompt,
     BoundStop,
-    action_streak,
     calls_within_bound,
     check_bounds,
+    refusal_events,
 )
 from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
@@ -42,7 +42,7 @@ from nahida_workers.core.messages import (
     ToolChoice,
     ToolSchema,
 )
-from nahida_workers.core.non_answers import GiveUp, Repair, judge_non_answer
+from nahida_workers.core.non_answers import OWN_FINAL_TEXT, GiveUp, Repair, judge_non_answer
 from nahida_workers.core.ordering import Batch, plan_batches
 from nahida_workers.core.payloads import call_payload, result_payload
 from nahida_workers.core.policy import (
@@ -212,15 +212,6 @@ def _event(
     )
 
 
-#: Final texts of reasons that say more than "not finished" (issue 10 item 3).
-_OWN_TEXT = {
-    ReasonCode.REFUSED: "The model declined the request (refused); the work was not done.",
-    ReasonCode.CONTENT_FILTERED: (
-        "The provider's content filter stopped the reply (content filtered); the work was not done."
-    ),
-}
-
-
 def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -> str:
     """The final text a user sees; for anything but completed the runtime writes it.
 
@@ -228,8 +219,8 @@ def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -
     """
     if state is TerminalState.COMPLETED:
         return answer
-    if reason in _OWN_TEXT:
-        return _OWN_TEXT[reason]
+    if reason in OWN_FINAL_TEXT:
+        return OWN_FINAL_TEXT[reason]
     plain = {
         TerminalState.UNVERIFIED: "The work is not verified",
         TerminalState.INCOMPLETE: "The work is not finished",
@@ -249,7 +240,7 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
     if pending:
         allowed = calls_within_bound(state, pending, config.bounds)
         if allowed == 0:
-            return _refuse_past_bound(state, pending, signals)
+            return Persist(refusal_events(state, pending, now=signals.now))
         return RunBatch(plan_batches(pending[:allowed], config.may_fan_out)[0])
     last = state.last_of(EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT)
     if (
@@ -336,31 +327,6 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
         "stopped; do not repeat what you already wrote. Be more concise.",
         "bound",
     )
-
-
-def _refuse_past_bound(state: RunState, pending: Sequence[ToolCall], signals: Signals) -> Persist:
-    """Error results for calls the doom-loop bound stops before they run (issue 10 item 6).
-
-    Every call still waiting gets one -- the run ends at the next boundary
-    (``check_bounds``), so none of them will run -- recorded and paired like
-    any result.
-    """
-    streak = action_streak(state, through=pending[0].call_id)
-    count = streak.count if streak is not None else 0
-    events = []
-    for i, call in enumerate(pending):
-        payload = result_payload(
-            call_id=call.call_id,
-            name=call.name,
-            status=ToolStatus.ERROR,
-            content=f"not run: {call.name} was called with the same input {count} times in a "
-            "row, past the run's repeat bound; the run stops here (doom loop)."
-            if i == 0
-            else "not run: the run stopped at the repeat bound (doom loop) before this call.",
-        )
-        payload["reason"] = ReasonCode.DOOM_LOOP.value
-        events.append(_event(state, i, EventType.TOOL_RESULT, payload, signals.now, call.call_id))
-    return Persist(tuple(events))
 
 
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:

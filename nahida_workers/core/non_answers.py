@@ -36,6 +36,7 @@ from nahida_workers.core.state import RunState
 
 __all__ = [
     "EMPTY_ANSWER_STAGE",
+    "OWN_FINAL_TEXT",
     "GiveUp",
     "Repair",
     "claims_calls_it_did_not_send",
@@ -48,6 +49,14 @@ EMPTY_ANSWER_STAGE = "empty_answer"
 REPAIR_KIND = "repair"
 #: Anomaly code of a finish reason that claims calls while none was parsed (case B09).
 MISMATCH = "finish_reason_mismatch"
+
+#: Final texts of reasons that say more than "not finished": the model declined.
+OWN_FINAL_TEXT = {
+    ReasonCode.REFUSED: "The model declined the request (refused); the work was not done.",
+    ReasonCode.CONTENT_FILTERED: (
+        "The provider's content filter stopped the reply (content filtered); the work was not done."
+    ),
+}
 
 _EMPTY_TOOL_TURN_TEXT = (
     "Your last reply ended with a tool-call finish reason, but it held no text and no "

@@ -8,7 +8,6 @@ suite (``tests/contract/test_ledger_contract.py``) runs against both.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from nahida_workers.errors import (
     NotFoundError,
     StaleEpochError,
 )
+from nahida_workers.ledger.memory_owners import MemoryOwnerOps
 from nahida_workers.ledger.rules import (
     RunFacts,
     cap_payload,
@@ -60,7 +60,7 @@ class MemoryTx:
         self.undo: list[Callable[[], None]] = []
 
 
-class MemoryLedger:
+class MemoryLedger(MemoryOwnerOps):
     """Dict-backed ledger (see :class:`nahida_workers.ports.Ledger`).
 
     Args:
@@ -379,46 +379,6 @@ class MemoryLedger:
                 crash_streak=streak,
             )
         return epoch
-
-    def _progressed(self, session_id: str, epoch: int) -> bool:
-        """A finished tool execution or a seal written at ``epoch`` (``sql_owners.py``)."""
-        for run in self._runs.values():
-            if run.session_id != session_id:
-                continue
-            if any(
-                r.epoch == epoch and r.status.value not in ("interrupted", "aborted")
-                for r in self._receipts.get(run.run_id, [])
-            ):
-                return True
-            if any(
-                e.epoch == epoch and e.type is EventType.TERMINAL
-                for e in self._events.get(run.run_id, [])
-            ):
-                return True
-        return False
-
-    def close_owner(self, session_id: str, epoch: int, *, at: datetime) -> None:
-        """Hand the session back cleanly (no-op when a later owner took over)."""
-        with self._lock:  # one row update: no journal needed (and no commit_hook)
-            session = self._sessions.get(session_id)
-            if session is None or session.open_epoch != epoch:
-                return
-            streak = 0 if self._progressed(session_id, epoch) else session.crash_streak
-            self._sessions[session_id] = session.model_copy(
-                update={"open_epoch": None, "crash_streak": streak}
-            )
-
-    def put_artifact(self, data: bytes, *, at: datetime) -> str:
-        """Store ``data`` whole (once); returns its sha256 hex."""
-        digest = hashlib.sha256(data).hexdigest()
-        with self._lock:
-            self._artifacts.setdefault(digest, bytes(data))
-        return digest
-
-    def get_artifact(self, sha256: str) -> bytes | None:
-        """The stored bytes of artifact ``sha256`` (unchecked), or None."""
-        with self._lock:
-            return self._artifacts.get(sha256)
 
     def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
         """Store ``value`` under ``key``; return the value it replaced (None if new)."""

@@ -25,6 +25,8 @@ from typing import Any
 
 from nahida_workers.core.events import Event, EventType
 from nahida_workers.ports import Ledger
+from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.prompt_artifact import ReadPromptArtifact
 
 __all__ = [
     "HEAD_CHARS",
@@ -33,6 +35,7 @@ __all__ = [
     "artifact_problem",
     "artifact_refs",
     "needs_artifact",
+    "offer_artifact_tool",
     "store_user_input",
 ]
 
@@ -107,3 +110,18 @@ def artifact_problem(load: Callable[[str], bytes | None], refs: Mapping[str, int
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
             return f"prompt artifact {sha256} does not match its sha256 and size"
     return None
+
+
+def offer_artifact_tool(
+    registry: ToolRegistry, load: Callable[[str], bytes | None], events: Iterable[Event]
+) -> tuple[ToolRegistry, dict[str, int]]:
+    """``registry`` with ``ReadPromptArtifact`` added when ``events`` refer to artifacts.
+
+    Returns:
+        ``(registry, refs)``: the registry the run uses, and its artifacts
+        (sha256 -> size in bytes; empty: the registry is unchanged).
+    """
+    refs = artifact_refs(events)
+    if not refs:
+        return registry, refs
+    return registry.with_tool(ReadPromptArtifact(load, refs)), refs

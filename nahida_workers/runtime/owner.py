@@ -58,17 +58,17 @@ from nahida_workers.errors import (
     StaleEpochError,
 )
 from nahida_workers.ports import Fence
-from nahida_workers.runtime.artifacts import artifact_problem, artifact_refs
+from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
 from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
+from nahida_workers.runtime.history import session_history
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
-from nahida_workers.tools.prompt_artifact import ReadPromptArtifact
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.session import SessionRunner
@@ -200,14 +200,8 @@ class SessionOwner(CommitPoints):
 
     def _run_one(self, run: RunRecord) -> None:
         events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
-        earlier = self._earlier_runs(run)
-        state = RunState.from_ledger(
-            run.run_id,
-            events,
-            receipts,
-            history=[e for r in earlier for e in self.r.ledger.events(r.run_id)],
-            run_index=len(earlier),
-        )
+        history, index = session_history(self.r.ledger, self.session.session_id, run.run_id)
+        state = RunState.from_ledger(run.run_id, events, receipts, history=history, run_index=index)
         self._inbox_pending = sum(
             1
             for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
@@ -215,12 +209,11 @@ class SessionOwner(CommitPoints):
         )
         try:
             self.spec = _spec_of(self.session)
-            registry = self.r.registry_for(self.spec)
-            artifacts = artifact_refs([*state.history, *state.events])
-            if artifacts:
-                registry = registry.with_tool(
-                    ReadPromptArtifact(self.r.ledger.get_artifact, artifacts)
-                )
+            registry, artifacts = offer_artifact_tool(
+                self.r.registry_for(self.spec),
+                self.r.ledger.get_artifact,
+                [*state.history, *state.events],
+            )
             self._recover(state, run, registry)
             problem = artifact_problem(self.r.ledger.get_artifact, artifacts)
             if problem is not None and state.terminal is None:
@@ -249,12 +242,6 @@ class SessionOwner(CommitPoints):
         except Exception as exc:
             log.exception("run %s: unexpected error; sealing it failed", run.run_id)
             self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
-
-    def _earlier_runs(self, run: RunRecord) -> list[RunRecord]:
-        """The session's runs before ``run`` (DESIGN.md section 8: one conversation)."""
-        runs = self.r.ledger.runs_of(self.session.session_id)
-        ids = [r.run_id for r in runs]
-        return runs[: ids.index(run.run_id)] if run.run_id in ids else []
 
     def _seal_failed(
         self, state: RunState, run: RunRecord, reason: ReasonCode, code: FailureCode
