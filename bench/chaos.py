@@ -67,6 +67,7 @@ from bench.chaos_checks import (
     check_steering,
     check_terminals,
     check_transcripts,
+    count_calls_without_receipt,
     log_counts,
     read_deliveries,
 )
@@ -116,6 +117,7 @@ def plan_for(args: argparse.Namespace) -> Plan:
         steering=args.steering if args.steering is not None else max(6, n // 3),
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(10**6),
         timeout_s=args.timeout or window + 180.0 + 0.5 * n,
+        pool=args.pool,
     )
 
 
@@ -283,6 +285,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=200)
     p.add_argument("--workers", type=int, default=3, help="session worker processes")
     p.add_argument("--concurrency", type=int, default=4, help="threads per session worker")
+    p.add_argument(
+        "--pool",
+        choices=("threads", "prefork"),
+        default="threads",
+        help="session workers' Celery pool; prefork: kills and pauses hit the pool child "
+        "that owns the sessions",
+    )
     p.add_argument("--window", type=float, default=0.0, help="chaos window, s (default from N)")
     p.add_argument("--sigkills", type=int, default=None, help="session-worker SIGKILLs")
     p.add_argument("--sigstops", type=int, default=None, help="session-worker SIGSTOPs")
@@ -305,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     say(
         f"plan: {plan.sessions} sessions, {plan.workers} session workers x {plan.concurrency} "
-        f"threads + 1 tool worker; window {plan.window_s:.0f}s; events {Counter(plan.events)}; "
+        f"{'processes' if plan.pool == 'prefork' else 'threads'} + 1 tool worker; "
+        f"window {plan.window_s:.0f}s; events {Counter(plan.events)}; "
         f"{plan.steering} steering messages; seed {plan.seed}"
     )
     with (
@@ -449,6 +459,7 @@ def report(
     check_steering(dump, tally.steering_sent, found)
     check_epochs(dump, found)
     check_transcripts(dump, found)
+    count_calls_without_receipt(dump, found)
     extra: dict[str, Any] = {
         "pg backends terminated": tally.pg_backends_terminated,
         "sweeps (errors)": f"{tally.sweeps} ({dict(tally.sweep_errors) or 'none'})",

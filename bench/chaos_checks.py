@@ -273,3 +273,19 @@ def log_counts(workers: list[Worker]) -> dict[str, int]:
         ),
         "worker log: cut-off commit found landed (not repeated)": text.count("had landed"),
     }
+
+
+def count_calls_without_receipt(dump: LedgerDump, out: Findings) -> None:
+    """Every committed tool call has exactly one receipt (issue 10 item 7), as a count.
+
+    A call recovery closed as ``interrupted`` (or that was aborted or refused)
+    has a synthetic receipt with that status; ``runs show`` and the report
+    never show a call without one.
+    """
+    missing = 0
+    for events in dump.events.values():
+        if not events:
+            continue
+        have = {r.call_id for r in dump.receipts[events[0].run_id]}
+        missing += sum(1 for e in events if e.type is EventType.TOOL_CALL and e.call_id not in have)
+    out.counts["calls without a receipt"] = missing

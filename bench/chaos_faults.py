@@ -1,11 +1,15 @@
 """The faults of a chaos run: kill, stop, restart and cut off the fleet's processes.
 
 Each fault is noted on the :class:`~bench.chaos_rig.Tally` timeline; workers
-that exit on their own are replaced the way a supervisor would.
+that exit on their own are replaced the way a supervisor would.  With
+``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
+that owns sessions (the OOM killer's way), not the pool parent, which
+requeues the child's message and starts a new child.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -55,7 +59,10 @@ class Chaos:
 
         def start() -> Worker:
             worker = self.fleet.start_worker(
-                queues="sessions", concurrency=self.plan.concurrency, name=self._name("sessions")
+                queues="sessions",
+                concurrency=self.plan.concurrency,
+                name=self._name("sessions"),
+                pool=self.plan.pool,
             )
             with self._lock:
                 self.session_workers.append(worker)
@@ -131,9 +138,37 @@ class Chaos:
             if worker in self.session_workers:
                 self.session_workers.remove(worker)
 
+    def _pool_child(self) -> tuple[Worker, int, int]:
+        """A prefork child that owns sessions (else any child): worker, child pid, owned."""
+        alive = self._live(lambda: self.session_workers, "session worker")
+        try:
+            owners = self._owners()
+        except redis.RedisError:
+            owners = Counter()
+        children = [(w, pid) for w in alive for pid in _children(w.proc.pid)]
+        if not children:
+            raise RuntimeError("no prefork child to hit")
+        busy = [(w, pid) for w, pid in children if owners[pid]]
+        worker, pid = self.rng.choice(busy or children)
+        return worker, pid, owners[pid]
+
     # -- the events ---------------------------------------------------------------
     def sigkill_session_worker(self) -> None:
-        """SIGKILL a session worker that owns sessions; start its replacement."""
+        """SIGKILL a session worker that owns sessions; start its replacement.
+
+        Prefork: SIGKILL the pool child that owns sessions; its parent lives on.
+        """
+        if self.plan.pool == "prefork":
+            try:
+                worker, pid, owned = self._pool_child()
+            except RuntimeError:  # no child yet (a worker still starting): kill a whole one
+                pass
+            else:
+                os.kill(pid, signal.SIGKILL)
+                self.tally.note(
+                    "sigkill session worker", f"{worker.name} child {pid} (owned {owned})"
+                )
+                return
         worker, owned = self._victim()
         self._retire(worker)
         worker.kill(signal.SIGKILL)
@@ -142,16 +177,24 @@ class Chaos:
         self.start_session_worker()
 
     def sigstop_session_worker(self) -> None:
-        """SIGSTOP a session worker for longer than the lease TTL, then SIGCONT it."""
-        worker, owned = self._victim()
-        worker.kill(signal.SIGSTOP)
-        self.tally.note(
-            "sigstop session worker", f"{worker.name} (owned {owned}) for {STOP_FOR_S:.1f}s"
-        )
+        """SIGSTOP a session worker (prefork: a pool child) past the lease TTL, then SIGCONT it."""
+        if self.plan.pool == "prefork" and any(
+            _children(w.proc.pid) for w in list(self.session_workers)
+        ):
+            worker, pid, owned = self._pool_child()
+            target, what = pid, f"{worker.name} child {pid}"
+        else:
+            worker, owned = self._victim()
+            target, what = worker.proc.pid, worker.name
+        os.kill(target, signal.SIGSTOP)
+        self.tally.note("sigstop session worker", f"{what} (owned {owned}) for {STOP_FOR_S:.1f}s")
         try:
             self.stop.wait(STOP_FOR_S)  # the pause itself, not a synchronisation
         finally:
-            worker.kill(signal.SIGCONT)
+            try:
+                os.kill(target, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def sigkill_tool_worker(self) -> None:
         """SIGKILL the tool worker; start its replacement."""
@@ -234,3 +277,15 @@ class Chaos:
             except Exception as exc:  # a chaos step failed: say so, keep going
                 say(f"WARNING: chaos step {kind} failed: {exc!r}")
                 self.tally.timeline.append(f"{kind} FAILED: {exc!r}")
+
+
+def _children(pid: int) -> list[int]:
+    """Child process ids of ``pid`` (Linux ``/proc``; empty when it is gone)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out += [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+    return out

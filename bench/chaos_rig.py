@@ -90,6 +90,7 @@ class Plan:
     steering: int
     seed: int
     timeout_s: float
+    pool: str = "threads"  # Celery --pool of the session workers (threads or prefork)
 
     @property
     def events(self) -> list[str]:

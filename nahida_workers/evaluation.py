@@ -1,9 +1,13 @@
 """The evaluation set: scripted sessions and the terminal state each must end in (issue 5).
 
-``tests/eval/sessions.yaml`` lists sessions in six categories (read, inspect,
-modify, run_tests, send, question).  Each names a prompt, the workspace files
-to create, the completion contract, the scripted provider turns and the
-expected terminal state, reason and provider calls.  :func:`run_eval_set`
+``tests/eval/sessions.yaml`` lists sessions in seven categories (read,
+inspect, modify, run_tests, send, question, provider -- provider outcomes
+that are not answers: refusals, empty turns, a paused turn).  Each names a
+prompt, the workspace files to create, the completion contract, the scripted
+provider turns and the expected terminal state, reason and provider calls.
+A session may continue with a ``follow_up``: a message sent after its first
+run sealed, which starts a second run with its own scripted turns; the
+expectation is then about that second run.  :func:`run_eval_set`
 runs every session in-process (``run_inline``: in-memory ledger, real tools)
 on a fresh temporary workspace and compares.
 
@@ -45,10 +49,12 @@ from nahida_workers.core.events import (
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy.detectors import Claim, claims
 from nahida_workers.errors import ConfigError
+from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec, validation_summary
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings
-from nahida_workers.testing import memory_runner, run_inline
+from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -57,6 +63,7 @@ __all__ = [
     "EvalCase",
     "EvalReport",
     "EvalRow",
+    "FollowUp",
     "load_eval_set",
     "run_case",
     "run_eval_set",
@@ -66,9 +73,17 @@ __all__ = [
 #: The set shipped with the repository (resolved from this package's location).
 DEFAULT_SET = Path(__file__).resolve().parent.parent / "tests" / "eval" / "sessions.yaml"
 
-Category = Literal["read", "inspect", "modify", "run_tests", "send", "question"]
-#: The categories of issue 5, in display order.
-CATEGORIES: tuple[str, ...] = ("read", "inspect", "modify", "run_tests", "send", "question")
+Category = Literal["read", "inspect", "modify", "run_tests", "send", "question", "provider"]
+#: The categories of issue 5 (and issue 10's provider outcomes), in display order.
+CATEGORIES: tuple[str, ...] = (
+    "read",
+    "inspect",
+    "modify",
+    "run_tests",
+    "send",
+    "question",
+    "provider",
+)
 
 _PYTHON = shlex.quote(sys.executable)
 _PLACEHOLDERS = {
@@ -89,6 +104,13 @@ class Expect(_Model):
     calls: int | None = Field(None, ge=0)
 
 
+class FollowUp(_Model):
+    """A message sent after the first run sealed, and the scripted turns of the run it starts."""
+
+    prompt: str
+    turns: tuple[dict[str, Any], ...]
+
+
 class EvalCase(_Model):
     """One session of the set.
 
@@ -98,7 +120,8 @@ class EvalCase(_Model):
         files: workspace files to create (relative path -> UTF-8 text).
         contract / limits / tools / tool_choice: the session spec.
         turns: the scripted provider's turns (see ``providers/scripted.py``).
-        expect: what the run must end as.
+        follow_up: a second run of the session (its expectation is ``expect``).
+        expect: what the (last) run must end as.
     """
 
     name: str
@@ -110,13 +133,17 @@ class EvalCase(_Model):
     tools: tuple[str, ...] = DEFAULT_TOOLS
     tool_choice: ToolChoice = ToolChoice.AUTO
     turns: tuple[dict[str, Any], ...]
+    follow_up: FollowUp | None = None
     expect: Expect
 
     def spec(self) -> SessionSpec:
         """The session spec, placeholders in the script expanded."""
+        script: dict[str, Any] = {"turns": _expand(list(self.turns))}
+        if self.follow_up is not None:
+            script["next_runs"] = [_expand(list(self.follow_up.turns))]
         return SessionSpec(
             prompt=self.prompt,
-            provider={"kind": "scripted", "script": {"turns": _expand(list(self.turns))}},
+            provider={"kind": "scripted", "script": script},
             tools=self.tools,
             tool_choice=self.tool_choice,
             contract=self.contract,
@@ -275,20 +302,28 @@ def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = Non
         path.write_text(text, "utf-8")
     runner = memory_runner(registry_for=lambda spec: registry_for(spec, settings))
     result = run_inline(case.spec(), workspace, runner=runner)
+    events, receipts = result.events, result.receipts
+    if case.follow_up is not None:
+        sid = result.session.session_id
+        dispatcher = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock)
+        inbox = Inbox(runner.ledger, runner.leases, dispatcher, runner.clock)
+        inbox.post(sid, case.follow_up.prompt, next_turn=False)
+        runner.run(sid)
+        last = runner.ledger.runs_of(sid)[-1]
+        events, receipts = runner.ledger.events(last.run_id), runner.ledger.receipts(last.run_id)
     said = [
-        str(e.payload.get("text") or "")
-        for e in result.events
-        if e.type is EventType.ASSISTANT_OUTPUT
+        str(e.payload.get("text") or "") for e in events if e.type is EventType.ASSISTANT_OUTPUT
     ]
     answer = said[-1] if said else ""
+    terminal = events[-1].payload
     return EvalRow(
         case=case,
-        state=str(result.terminal["state"]),
-        reason=str(result.terminal["reason"]),
+        state=str(terminal.get("state")),
+        reason=str(terminal.get("reason")),
         calls=len(said),
         answer=answer,
         claimed=frozenset(claims(answer)),
-        unbacked=unbacked_claims(answer, result.receipts),
+        unbacked=unbacked_claims(answer, receipts),
     )
 
 

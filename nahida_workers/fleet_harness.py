@@ -119,9 +119,18 @@ class Fleet:
         return Settings.model_validate(fields)
 
     def start_worker(
-        self, *, queues: str = "sessions", concurrency: int = 2, name: str | None = None
+        self,
+        *,
+        queues: str = "sessions",
+        concurrency: int = 2,
+        name: str | None = None,
+        pool: str = "threads",
     ) -> Worker:
-        """Start ``celery -A tasks worker`` and wait until it is ready."""
+        """Start ``celery -A tasks worker`` and wait until it is ready.
+
+        ``pool`` is Celery's ``--pool``: ``threads`` (one process) or
+        ``prefork`` (a parent and ``concurrency`` child processes).
+        """
         name = name or f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
         log = self.workdir / f"{name}.log"
         handle = log.open("wb")
@@ -136,7 +145,7 @@ class Fleet:
                 "-Q",
                 queues,
                 "--pool",
-                "threads",
+                pool,
                 "-c",
                 str(concurrency),
                 "-n",

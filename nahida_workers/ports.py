@@ -328,8 +328,31 @@ class Ledger(Protocol[TxT]):
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """In its own transaction: increment ``lease_epoch``, set status running.
 
+        The same commit settles the durable crash counter (issue 10 item 2):
+        the previous owner, if it never handed the session back
+        (:meth:`close_owner`), counts as a crashed delivery unless it made
+        progress -- a finished tool execution or a seal at its epoch -- which
+        resets ``crash_streak`` to 0; the new owner is recorded as open.
+
         Returns the new epoch.  Raises ``NotFoundError`` for an unknown session.
         """
+        ...
+
+    def close_owner(self, session_id: str, epoch: int, *, at: datetime) -> None:
+        """In its own transaction: owner ``epoch`` hands the session back cleanly.
+
+        Resets ``crash_streak`` when that owner made progress; a no-op when a
+        later owner has taken over.
+        """
+        ...
+
+    # -- prompt artifacts (issue 10 item 5) -----------------------------------
+    def put_artifact(self, data: bytes, *, at: datetime) -> str:
+        """Store ``data`` whole, addressed by its sha256 (written once); returns the hex."""
+        ...
+
+    def get_artifact(self, sha256: str) -> bytes | None:
+        """The stored bytes of an artifact, unchecked (callers verify the hash), or None."""
         ...
 
     # -- reads ---------------------------------------------------------------

@@ -65,9 +65,20 @@ class Settings(BaseSettings):
     # How long a session owner retries a commit point through a ledger outage
     # (a PostgreSQL restart, terminated backends) before the run gives up.
     ledger_outage_s: float = Field(10.0, ge=0)
+    # A delivery that finds the lease held leaves a follow-up for when it
+    # would expire; a chain follows one live owner at most this many times
+    # (240 x the 30 s TTL = 2 h, twice a run's default wall-clock budget).
+    follow_up_max_hops: int = Field(240, ge=1)
+    # Owners in a row that crash without progress before a session is sealed
+    # failed/poison_session (counted in the ledger, issue 10 item 2).
+    poison_after_crashes: int = Field(3, ge=1)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
+    # User input larger than this (JSON-encoded, bytes; at most half of
+    # event_payload_max_bytes is used) is stored as a prompt artifact; the
+    # model sees an excerpt and reads the rest with a tool.
+    prompt_inline_max_bytes: int = Field(64 * 1024, ge=1024)
     local_tool_threads: int = Field(8, ge=1)
     remote_tools: bool = True
     tool_placement: dict[str, str] = Field(default_factory=dict)
@@ -118,6 +129,15 @@ class Settings(BaseSettings):
                 f"lease_ttl_s ({self.lease_ttl_s})"
             )
         return self
+
+    @property
+    def inline_prompt_max_bytes(self) -> int:
+        """Input larger than this is stored as a prompt artifact (bytes of its JSON).
+
+        ``prompt_inline_max_bytes``, but never more than half an event row:
+        an input kept inline must fit its event whole (issue 10 item 5).
+        """
+        return min(self.prompt_inline_max_bytes, self.event_payload_max_bytes // 2)
 
     @property
     def lease_ttl_ms(self) -> int:

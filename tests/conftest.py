@@ -40,6 +40,7 @@ LEDGER_TABLES = (
     "dispatch_outbox",
     "sessions",
     "batches",
+    "prompt_artifacts",
 )
 
 

@@ -1,11 +1,12 @@
 """``nahida batch``: one session per repository, dispatched, watched, reported.
 
-The job is validated before anything is dispatched (its provider is built and
-its tools resolved), so a typo is a usage error, not a session that never
-ends.  Sessions get the idempotency key ``{batch_id}:{repo}``: ``--resume
-BATCH_ID`` finds the sessions an interrupted batch already created, runs none
-of them twice, and re-publishes the ones not finished; it refuses a
-different job or repository list (the batch row records both).
+The job is validated before anything is dispatched (its provider is built,
+its tools resolved, and a scripted provider's calls checked against them), so
+a typo is a usage error, not a session that never ends.  Sessions get the
+idempotency key ``{batch_id}:{repo}``: ``--resume BATCH_ID`` finds the
+sessions an interrupted batch already created, runs none of them twice, and
+re-publishes the ones not finished; it refuses a different job or repository
+list (the batch row records both).
 
 What the user is told (issue 16 items 3, 6, 7):
 
@@ -38,7 +39,9 @@ from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
 from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.errors import UserError
+from nahida_workers.errors import ConfigError, UserError
+from nahida_workers.providers.scripted import unknown_script_tools
+from nahida_workers.runtime.artifacts import PROMPT_ARTIFACT_TOOL, needs_artifact
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.outage import read_through_outage
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
@@ -84,11 +87,29 @@ class _RecordOnly:
 
 
 def _validate(spec: SessionSpec, settings: Settings) -> None:
-    """Build the provider and the tools once: a config error stops here (exit 2)."""
-    registry_for(spec, settings)
+    """Build the provider and the tools once: a config error stops here (exit 2).
+
+    A scripted provider whose turns call a tool the job does not offer (a
+    typo like ``Glb``) is the same usage error as an unknown tool in the
+    tools list (issue 10 item 9).
+
+    Raises:
+        ConfigError: an unknown tool, an invalid provider, a script calling a
+            tool that is not offered.
+    """
+    registry = registry_for(spec, settings)
     close = getattr(provider_for(spec), "close", None)
     if callable(close):
         close()
+    offered = set(registry.names())
+    if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
+        offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt
+    unknown = unknown_script_tools(spec.provider, offered)
+    if unknown:
+        raise ConfigError(
+            f"the scripted provider calls tools the job does not offer: {unknown}; "
+            f"offered: {sorted(offered)}"
+        )
 
 
 def batch_spec(options: BatchOptions) -> dict[str, Any]:

@@ -1,10 +1,19 @@
-"""Bounds instead of a fixed turn cap (DESIGN.md section 6, issue 5 item 4).
+"""Bounds instead of a fixed turn cap (DESIGN.md section 6, issue 5 item 4, issue 10 item 6).
 
-Checked before each provider call, from the ledger alone:
+What counts, from the ledger alone:
 
-* the same assistant text 3 times -> a change-strategy prompt;
-* the same action signature (tool + input fingerprint) 8 times -> a prompt,
-  16 times -> ``incomplete/doom_loop`` (successful repeats count too);
+* the same assistant text in 3 *consecutive* turns that have text -> a
+  change-strategy prompt;
+* the same action signature (tool + input fingerprint) in consecutive calls
+  -> a prompt at 8, ``incomplete/doom_loop`` at 16.  Calls count as they
+  are executed, inside one provider turn as well as across turns: a call
+  that would take the streak past the stop bound is not run (it gets an
+  error result, recorded and paired; :func:`calls_within_bound`).  A
+  successful result that shows progress -- an output different from the
+  previous call's, which the model saw before it repeated the call in a
+  later turn -- breaks the streak, so polling a changing status, or running
+  the same test command between edits, is never stopped.  Calls of one turn
+  were made blind (no result in between), so they never show progress;
 * 3 consecutive failures of one tool -> a hint;
 * a token budget (provider-reported usage) -> ``incomplete/budget_exhausted``.
 
@@ -15,14 +24,26 @@ so a run resumed by another worker does not repeat it.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.events import EventType, ReasonCode, TerminalState
+from nahida_workers.core.events import Event, EventType, ReasonCode, TerminalState, ToolStatus
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import result_payload
 from nahida_workers.core.state import RunState
 
-__all__ = ["BoundLimits", "BoundPrompt", "BoundStop", "check_bounds"]
+__all__ = [
+    "BoundLimits",
+    "BoundPrompt",
+    "BoundStop",
+    "Streak",
+    "action_streak",
+    "calls_within_bound",
+    "check_bounds",
+    "refusal_events",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,22 @@ class BoundStop:
     state: TerminalState = TerminalState.INCOMPLETE
 
 
+@dataclass(frozen=True)
+class Streak:
+    """The trailing run of consecutive calls with one action signature.
+
+    Attributes:
+        name / fingerprint: the action (tool + input fingerprint).
+        count: calls in the streak.
+        first_call_id: the call that started it (identifies the trigger).
+    """
+
+    name: str
+    fingerprint: str
+    count: int
+    first_call_id: str
+
+
 def _issued(state: RunState) -> set[tuple[str, str]]:
     return {
         (str(e.payload.get("bound")), str(e.payload.get("key")))
@@ -71,31 +108,134 @@ def _tokens(state: RunState) -> int:
     return total
 
 
+def _output(result: dict[str, object] | None) -> object:
+    return None if result is None else result.get("content")
+
+
+def action_streak(state: RunState, *, through: str | None = None) -> Streak | None:
+    """The trailing streak over the run's committed calls (through call ``through``).
+
+    A call without a result yet counts as a repeat with no progress: it was
+    made in the same turn as the calls before it, blind.
+    """
+    streak: Streak | None = None
+    prev_turn: int | None = None
+    prev_result: dict[str, object] | None = None
+    for call in state.calls.values():
+        turn = state.call_turn.get(call.call_id, -1)
+        result = state.results.get(call.call_id)
+        same = (
+            streak is not None
+            and streak.name == call.name
+            and streak.fingerprint == call.fingerprint
+        )
+        progress = (
+            same
+            and result is not None
+            and result.get("status") == "ok"
+            and prev_turn is not None
+            and turn > prev_turn
+            and _output(result) != _output(prev_result)
+        )
+        if same and not progress:
+            assert streak is not None
+            streak = Streak(streak.name, streak.fingerprint, streak.count + 1, streak.first_call_id)
+        else:
+            streak = Streak(call.name, call.fingerprint, 1, call.call_id)
+        prev_turn, prev_result = turn, result
+        if call.call_id == through:
+            break
+    return streak
+
+
+def calls_within_bound(state: RunState, pending: Sequence[ToolCall], limits: BoundLimits) -> int:
+    """How many of ``pending`` (committed calls without a result, in order) may run.
+
+    Returns ``len(pending)`` when none would take its streak past
+    ``action_stop_at``; otherwise the index of the first that would: it, and
+    every call after it, must not run.
+    """
+    for index, call in enumerate(pending):
+        streak = action_streak(state, through=call.call_id)
+        if streak is not None and streak.count > limits.action_stop_at:
+            return index
+    return len(pending)
+
+
+def refusal_events(
+    state: RunState, pending: Sequence[ToolCall], *, now: datetime
+) -> tuple[Event, ...]:
+    """Error results for the calls the stop bound keeps from running (issue 10 item 6).
+
+    Every call still waiting gets one -- the run ends at the next boundary
+    (:func:`check_bounds`), so none of them will run -- recorded and paired
+    like any result, with ``reason: doom_loop``.
+    """
+    streak = action_streak(state, through=pending[0].call_id)
+    count = streak.count if streak is not None else 0
+    events = []
+    for i, call in enumerate(pending):
+        payload = result_payload(
+            call_id=call.call_id,
+            name=call.name,
+            status=ToolStatus.ERROR,
+            content=f"not run: {call.name} was called with the same input {count} times in a "
+            "row, past the run's repeat bound; the run stops here (doom loop)."
+            if i == 0
+            else "not run: the run stopped at the repeat bound (doom loop) before this call.",
+        )
+        payload["reason"] = ReasonCode.DOOM_LOOP.value
+        events.append(
+            Event(
+                run_id=state.run_id,
+                sequence=state.next_sequence + i,
+                type=EventType.TOOL_RESULT,
+                payload=payload,
+                call_id=call.call_id,
+                created_at=now,
+            )
+        )
+    return tuple(events)
+
+
+def _text_streak(state: RunState) -> tuple[str, int, int] | None:
+    """``(text, count, first sequence)`` of the trailing run of identical turn texts."""
+    found: tuple[str, int, int] | None = None
+    for e in state.events:
+        if e.type is not EventType.ASSISTANT_OUTPUT:
+            continue
+        text = str(e.payload.get("text", "")).strip()
+        if not text:
+            continue  # a turn with no text neither repeats nor breaks a text
+        if found is not None and found[0] == text:
+            found = (text, found[1] + 1, found[2])
+        else:
+            found = (text, 1, e.sequence)
+    return found
+
+
 def check_bounds(state: RunState, limits: BoundLimits) -> BoundPrompt | BoundStop | None:
     """The first bound the run has hit that still needs acting on, or None."""
     if limits.token_budget is not None and _tokens(state) >= limits.token_budget:
         return BoundStop(ReasonCode.BUDGET_EXHAUSTED)
     issued = _issued(state)
-    signatures = Counter((c.name, c.fingerprint) for c in state.calls.values())
-    for (name, fingerprint), count in signatures.most_common(1):
-        if count >= limits.action_stop_at:
+    streak = action_streak(state)
+    if streak is not None:
+        if streak.count >= limits.action_stop_at:
             return BoundStop(ReasonCode.DOOM_LOOP)
-        key = f"{name}:{fingerprint}"
-        if count >= limits.action_prompt_at and ("repeated_action", key) not in issued:
+        key = f"{streak.name}:{streak.fingerprint}:{streak.first_call_id}"
+        if streak.count >= limits.action_prompt_at and ("repeated_action", key) not in issued:
             return BoundPrompt(
                 "repeated_action",
                 key,
-                f"You have called {name} with the same input {count} times. Repeating it "
-                "will not give a different result: change your approach, or answer with "
-                "what you have.",
+                f"You have called {streak.name} with the same input {streak.count} times in a "
+                "row. Repeating it will not give a different result: change your approach, "
+                "or answer with what you have.",
             )
-    texts = Counter(
-        str(e.payload.get("text", "")).strip()
-        for e in state.events
-        if e.type is EventType.ASSISTANT_OUTPUT and str(e.payload.get("text", "")).strip()
-    )
-    for text, count in texts.most_common(1):
-        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    texts = _text_streak(state)
+    if texts is not None:
+        text, count, first = texts
+        key = f"{hashlib.sha256(text.encode()).hexdigest()[:16]}:{first}"
         if count >= limits.repeated_text_at and ("repeated_text", key) not in issued:
             return BoundPrompt(
                 "repeated_text",

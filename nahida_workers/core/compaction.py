@@ -40,6 +40,8 @@ def estimate_tokens(message: Message) -> int:
         size = len(message.text) + sum(
             len(c.name) + len(json.dumps(c.arguments)) for c in message.tool_calls
         )
+        if message.content_blocks:  # a paused turn goes back whole
+            size += len(json.dumps(message.content_blocks, default=str))
     return size // 4 + 4
 
 

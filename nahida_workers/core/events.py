@@ -72,8 +72,13 @@ class ReasonCode(StrEnum):
     INCOMPLETE_INTENT = "incomplete_intent"
     PROVIDER_ERROR = "provider_error"
     PROVIDER_PROTOCOL_INVALID = "provider_protocol_invalid"
+    REFUSED = "refused"  # the model declined the request (issue 10 item 3)
+    CONTENT_FILTERED = "content_filtered"  # the provider filtered the reply
+    EMPTY_ANSWER = "empty_answer"  # no text and no call, even after a correction
     TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
     LEDGER_WRITE_FAILED = "ledger_write_failed"
+    POISON_SESSION = "poison_session"  # deliveries kept crashing the worker (issue 10 item 2)
+    PROMPT_ARTIFACT_INVALID = "prompt_artifact_invalid"  # stored input missing or altered
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
     INVALID_CONFIG = "invalid_config"
@@ -97,6 +102,8 @@ class FailureCode(StrEnum):
     LEASE_LOST = "lease_lost"
     INVALID_CONFIG = "invalid_config"
     ABANDONED = "abandoned"
+    POISON_SESSION = "poison_session"
+    PROMPT_ARTIFACT_INVALID = "prompt_artifact_invalid"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nahida_workers.core.bounds import BoundLimits, BoundPrompt, BoundStop, check_bounds
+from nahida_workers.core.bounds import (
+    BoundLimits,
+    BoundPrompt,
+    BoundStop,
+    calls_within_bound,
+    check_bounds,
+    refusal_events,
+)
 from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
@@ -35,6 +42,7 @@ from nahida_workers.core.messages import (
     ToolChoice,
     ToolSchema,
 )
+from nahida_workers.core.non_answers import OWN_FINAL_TEXT, GiveUp, Repair, judge_non_answer
 from nahida_workers.core.ordering import Batch, plan_batches
 from nahida_workers.core.payloads import call_payload, result_payload
 from nahida_workers.core.policy import (
@@ -211,6 +219,8 @@ def final_text_for(state: TerminalState, reason: ReasonCode, answer: str = "") -
     """
     if state is TerminalState.COMPLETED:
         return answer
+    if reason in OWN_FINAL_TEXT:
+        return OWN_FINAL_TEXT[reason]
     plain = {
         TerminalState.UNVERIFIED: "The work is not verified",
         TerminalState.INCOMPLETE: "The work is not finished",
@@ -228,15 +238,28 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         return _finish(TerminalState.CANCELLED, ReasonCode.CANCELLED)
     pending = state.pending_calls()
     if pending:
-        return RunBatch(plan_batches(pending, config.may_fan_out)[0])
+        allowed = calls_within_bound(state, pending, config.bounds)
+        if allowed == 0:
+            return Persist(refusal_events(state, pending, now=signals.now))
+        return RunBatch(plan_batches(pending[:allowed], config.may_fan_out)[0])
     last = state.last_of(EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT)
     if (
         last is not None
         and last.type is EventType.ASSISTANT_OUTPUT
         and not last.payload.get("call_ids")
+        and last.payload.get("stop_reason") != StopReason.PAUSE_TURN.value
     ):
+        # A paused turn (pause_turn) is not judged: the next call continues it.
         if last.payload.get("stop_reason") == StopReason.MAX_TOKENS.value:
             return _truncated(state, config, signals)
+        verdict = judge_non_answer(state, last, pending_steering=signals.pending_steering)
+        if isinstance(verdict, GiveUp):
+            return _finish(verdict.state, verdict.reason, code=verdict.failure_code)
+        if isinstance(verdict, Repair):
+            if state.turns >= config.max_steps:
+                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+            source = "correction" if verdict.control.get("kind") == "correction" else "repair"
+            return _prompt(state, signals, verdict.control, verdict.text, source)
         return _judge_candidate(state, config, signals, last)
     if state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
@@ -259,6 +282,7 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         ProviderRequest(
             run_id=state.run_id,
             turn_index=state.turns,
+            run_index=state.run_index,
             system=config.system_prompt,
             messages=tuple(_transcript(state, config)),
             tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
@@ -306,7 +330,9 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
 
 
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
-    messages = project(state.events, memo=state.memo)
+    # A session is a conversation (DESIGN.md section 8): earlier runs come first.
+    events = [*state.history, *state.events] if state.history else state.events
+    messages = project(events, memo=state.memo)
     if config.context_budget_tokens is None:
         return messages
     known = state.token_estimates
@@ -405,6 +431,10 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
         "model": turn.model,
         "call_ids": [c.call_id for c in calls],
     }
+    if turn.refusal:
+        payload["refusal"] = turn.refusal
+    if turn.content_blocks:
+        payload["content_blocks"] = [dict(b) for b in turn.content_blocks]
     events = [_event(state, 0, EventType.ASSISTANT_OUTPUT, payload, now)]
     for i, call in enumerate(calls):
         events.append(

@@ -72,6 +72,8 @@ class StopReason(StrEnum):
     TOOL_CALLS = "tool_calls"
     MAX_TOKENS = "max_tokens"
     CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"  # the model declined (OpenAI ``refusal``, Anthropic ``refusal``)
+    PAUSE_TURN = "pause_turn"  # Anthropic server tools paused the turn: continue it
     OTHER = "other"
 
 
@@ -106,6 +108,10 @@ class ProviderTurn(_Frozen):
             ``tool_calls`` is non-empty.
         raw_stop_reason: ``finish_reason`` / ``stop_reason`` as sent.
         anomalies: irregularities found while parsing (case B09).
+        refusal: the model's refusal text (OpenAI ``refusal`` content), if any.
+        content_blocks: the assistant content exactly as the API sent it, kept
+            only for a turn that must be sent back as-is to continue it
+            (Anthropic ``pause_turn``); empty otherwise.
     """
 
     text: str = ""
@@ -115,6 +121,8 @@ class ProviderTurn(_Frozen):
     usage: Usage | None = None
     model: str | None = None
     anomalies: tuple[Anomaly, ...] = ()
+    refusal: str | None = None
+    content_blocks: tuple[dict[str, Any], ...] = ()
 
 
 class ToolChoice(StrEnum):
@@ -141,11 +149,17 @@ class UserMessage(_Frozen):
 
 
 class AssistantMessage(_Frozen):
-    """One committed assistant turn: text and its tool calls in order."""
+    """One committed assistant turn: text and its tool calls in order.
+
+    ``content_blocks`` holds the provider's own content blocks of a paused
+    turn (Anthropic ``pause_turn``): sent back verbatim so the API continues
+    the same turn; empty for every other turn.
+    """
 
     role: Literal["assistant"] = "assistant"
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    content_blocks: tuple[dict[str, Any], ...] = ()
 
 
 class ToolResultMessage(_Frozen):
@@ -175,6 +189,9 @@ class ProviderRequest(_Frozen):
         tools: tools offered; empty when the model has no tool calling.
         tool_choice: auto / required / none.
         max_output_tokens: cap on the reply, in tokens.
+        run_index: 0-based number of this run within its session (earlier
+            runs' history is part of ``messages``); the scripted provider
+            serves a later run its own turns when the script has them.
     """
 
     run_id: str
@@ -184,3 +201,4 @@ class ProviderRequest(_Frozen):
     tools: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice = ToolChoice.AUTO
     max_output_tokens: int | None = None
+    run_index: int = Field(0, ge=0)

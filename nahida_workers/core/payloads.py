@@ -3,10 +3,14 @@
 ================  ===========================================================
 event type        payload keys
 ================  ===========================================================
-user_input        text, source (prompt | steering | correction | inbox), message_id
-assistant_output  text, turn, stop_reason, raw_stop_reason, usage, model, call_ids
+user_input        text, source (prompt | steering | correction | repair | inbox | bound),
+                  message_id; a prompt stored as an artifact adds ``artifact``
+                  {sha256, size, chars, head, tail} and ``text`` is its excerpt
+assistant_output  text, turn, stop_reason, raw_stop_reason, usage, model, call_ids;
+                  optional refusal (text), content_blocks (a paused turn's blocks)
 tool_call         call_id, name, arguments, arguments_error, raw_arguments, turn, index
-tool_result       call_id, name, status, content, is_error, synthetic, evidence_kind
+tool_result       call_id, name, status, content, is_error, synthetic, evidence_kind;
+                  optional reason (why a call was not run, e.g. doom_loop)
 provider_anomaly  code, detail, turn
 control           kind, plus kind-specific keys
 terminal          state, reason, failure_code, final_text
@@ -26,7 +30,9 @@ __all__ = [
     "INTERRUPTED_TEXT",
     "call_from_payload",
     "call_payload",
+    "result_content",
     "result_payload",
+    "user_text",
 ]
 
 #: Content of a synthetic result for a call that lost its worker (case B06).
@@ -81,6 +87,22 @@ def result_payload(
         "synthetic": synthetic,
         "evidence_kind": evidence_kind,
     }
+
+
+def user_text(payload: Mapping[str, Any]) -> str:
+    """The text a stored user input shows the model.
+
+    Large input is stored as a prompt artifact and its event holds a readable
+    excerpt (``runtime/artifacts.py``); a text the ledger's size cap replaced
+    anyway is shown as head and tail, never as the cap's storage record.
+    """
+    text = payload.get("text", "")
+    if isinstance(text, dict) and text.get("capped"):
+        return (
+            f"{text.get('head', '')}\n... [{text.get('size')} bytes, sha256 "
+            f"{text.get('sha256')}; middle omitted] ...\n{text.get('tail', '')}"
+        )
+    return str(text)
 
 
 def result_content(payload: Mapping[str, Any]) -> str:

@@ -56,6 +56,10 @@ class SessionRecord(_Record):
             later change to the job file cannot change a running session.
         idempotency_key: unique; creating a session with a known key returns
             the existing one.
+        open_epoch: the epoch of an owner that took the session and has not
+            handed it back cleanly (None when none); set by ``bump_epoch``.
+        crash_streak: owners in a row that vanished without handing the
+            session back and without progress (issue 10 item 2).
     """
 
     session_id: str
@@ -69,6 +73,8 @@ class SessionRecord(_Record):
     created_at: datetime
     updated_at: datetime
     cancel_requested_at: datetime | None = None
+    open_epoch: int | None = None
+    crash_streak: int = 0
 
 
 class RunRecord(_Record):

@@ -27,11 +27,16 @@ class RunState:
         run_id: the run.
         events: committed events in sequence order.
         calls: committed tool calls by id, in provider order.
+        call_turn: the provider turn (0-based) each committed call came in.
         results: committed tool_result payloads by call id.
         result_seq: the sequence of each call's tool_result (ledger order).
         receipts: committed receipts by call id.
         turns: committed provider turns (``assistant_output`` events).
         terminal: the terminal event once committed.
+        history: committed events of the session's earlier runs, in order
+            (DESIGN.md section 8: a later run's transcript starts with them);
+            never judged by the bounds or the completion pipeline.
+        run_index: 0-based number of this run within its session.
         memo: messages already projected from these (immutable) events.
         token_estimates: token estimate per message, keyed by ``id`` and holding
             the message itself so an id is never reused while cached.
@@ -40,21 +45,34 @@ class RunState:
     run_id: str
     events: list[Event] = field(default_factory=list)
     calls: dict[str, ToolCall] = field(default_factory=dict)
+    call_turn: dict[str, int] = field(default_factory=dict)
     results: dict[str, dict[str, object]] = field(default_factory=dict)
     result_seq: dict[str, int] = field(default_factory=dict)
     receipts: dict[str, ExecutionReceipt] = field(default_factory=dict)
     turns: int = 0
     terminal: Event | None = None
+    history: tuple[Event, ...] = ()
+    run_index: int = 0
     memo: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False)
     token_estimates: dict[int, tuple[Any, int]] = field(default_factory=dict, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
 
     @classmethod
     def from_ledger(
-        cls, run_id: str, events: Iterable[Event], receipts: Iterable[ExecutionReceipt] = ()
+        cls,
+        run_id: str,
+        events: Iterable[Event],
+        receipts: Iterable[ExecutionReceipt] = (),
+        *,
+        history: Iterable[Event] = (),
+        run_index: int = 0,
     ) -> RunState:
-        """Fold committed events and receipts of ``run_id``."""
-        state = cls(run_id=run_id)
+        """Fold committed events and receipts of ``run_id``.
+
+        ``history``: the events of the session's earlier runs (projected
+        before this run's, never folded into its calls and results).
+        """
+        state = cls(run_id=run_id, history=tuple(history), run_index=run_index)
         for event in events:
             state.apply(event)
         for receipt in receipts:
@@ -80,6 +98,8 @@ class RunState:
         elif event.type is EventType.TOOL_CALL:
             call = call_from_payload(event.payload)
             self.calls[call.call_id] = call
+            turn = event.payload.get("turn")
+            self.call_turn[call.call_id] = turn if isinstance(turn, int) else self.turns - 1
             self._last_turn_calls.append(call.call_id)
         elif event.type is EventType.TOOL_RESULT and event.call_id is not None:
             self.results[event.call_id] = dict(event.payload)

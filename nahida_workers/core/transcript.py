@@ -21,7 +21,12 @@ from nahida_workers.core.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from nahida_workers.core.payloads import INTERRUPTED_TEXT, call_from_payload, result_content
+from nahida_workers.core.payloads import (
+    INTERRUPTED_TEXT,
+    call_from_payload,
+    result_content,
+    user_text,
+)
 
 __all__ = ["orphan_calls", "project"]
 
@@ -60,7 +65,14 @@ def project(
         calls = [_call(e, cache) for e in turn_calls]
         if key not in cache:
             text = str(turn.payload.get("text", "")) if turn is not None else ""
-            cache[key] = AssistantMessage(text=text, tool_calls=tuple(calls))
+            blocks = turn.payload.get("content_blocks") if turn is not None else None
+            cache[key] = AssistantMessage(
+                text=text,
+                tool_calls=tuple(calls),
+                content_blocks=tuple(b for b in blocks if isinstance(b, dict))
+                if isinstance(blocks, list) and not calls
+                else (),
+            )
         messages.append(cache[key])
         for event, call in zip(turn_calls, calls, strict=True):
             result = results.get(call.call_id)
@@ -80,7 +92,7 @@ def project(
             close_turn()
             key = ("user", event.run_id, event.sequence)
             if key not in cache:
-                cache[key] = UserMessage(text=str(event.payload.get("text", "")))
+                cache[key] = UserMessage(text=user_text(event.payload))
             messages.append(cache[key])
     close_turn()
     return messages

@@ -37,6 +37,7 @@ from nahida_workers.errors import (
     NotFoundError,
     StaleEpochError,
 )
+from nahida_workers.ledger.memory_owners import MemoryOwnerOps
 from nahida_workers.ledger.rules import (
     RunFacts,
     cap_payload,
@@ -59,7 +60,7 @@ class MemoryTx:
         self.undo: list[Callable[[], None]] = []
 
 
-class MemoryLedger:
+class MemoryLedger(MemoryOwnerOps):
     """Dict-backed ledger (see :class:`nahida_workers.ports.Ledger`).
 
     Args:
@@ -83,6 +84,7 @@ class MemoryLedger:
         self._outbox: dict[str, OutboxRecord] = {}
         self._inbox: dict[str, InboxMessage] = {}
         self._fleet: dict[str, str] = {}
+        self._artifacts: dict[str, bytes] = {}
         self.commit_hook: Callable[[], None] | None = None
         self.ack_hook: Callable[[], None] | None = None
 
@@ -353,14 +355,28 @@ class MemoryLedger:
             )
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
-        """Increment the fencing epoch; status → running."""
+        """Increment the fencing epoch; status → running; settle the crash counter.
+
+        The previous owner, if still open, counts as a crashed delivery unless
+        it made progress (``ledger/sql_owners.py``); the new owner is open.
+        """
         with self.transaction() as tx:
             session = self._sessions.get(session_id)
             if session is None:
                 raise NotFoundError(f"no session {session_id}")
             epoch = session.lease_epoch + 1
+            streak = session.crash_streak
+            if session.open_epoch is not None:
+                gone = self._progressed(session_id, session.open_epoch)
+                streak = 0 if gone else streak + 1
             self._update_session(
-                tx, session_id, lease_epoch=epoch, status=SessionStatus.RUNNING, updated_at=at
+                tx,
+                session_id,
+                lease_epoch=epoch,
+                status=SessionStatus.RUNNING,
+                updated_at=at,
+                open_epoch=epoch,
+                crash_streak=streak,
             )
         return epoch
 

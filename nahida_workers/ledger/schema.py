@@ -24,6 +24,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -41,6 +42,7 @@ __all__ = [
     "dispatch_outbox",
     "fleet_state",
     "metadata",
+    "prompt_artifacts",
     "schedule_fires",
     "schedules",
     "session_inbox",
@@ -77,6 +79,9 @@ sessions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("cancel_requested_at", DateTime(timezone=True), nullable=True),
+    # Added by migration 0004: the durable crash counter (issue 10 item 2).
+    Column("open_epoch", BigInteger, nullable=True),
+    Column("crash_streak", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
     Index("ix_sessions_batch", "batch_id"),
     Index("ix_sessions_status", "status"),
@@ -177,6 +182,17 @@ fleet_state = Table(
     Column("key", String(100), primary_key=True),
     Column("value", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+#: Added by migration 0004: user input too large for an event row, stored whole,
+#: addressed by the sha256 of its bytes (issue 10 item 5).
+prompt_artifacts = Table(
+    "prompt_artifacts",
+    metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("content", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
 #: Added by migration 0006: schedules (issue 14, DESIGN.md section 8).  The

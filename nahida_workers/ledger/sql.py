@@ -66,6 +66,7 @@ from nahida_workers.ledger.sql_base import (
 )
 from nahida_workers.ledger.sql_facts import exact_facts
 from nahida_workers.ledger.sql_inbox import InboxOps
+from nahida_workers.ledger.sql_owners import OwnerOps
 from nahida_workers.ledger.sql_reads import Reads
 from nahida_workers.ledger.sql_records import RecordWrites
 from nahida_workers.ports import Fence
@@ -85,7 +86,7 @@ def _raise_mapped(exc: BaseException) -> None:
         raise unavailable(exc) from exc
 
 
-class SqlLedger(Reads, RecordWrites, InboxOps):
+class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
     """The ledger on a SQL database (see :class:`nahida_workers.ports.Ledger`).
 
     Args:

@@ -206,6 +206,8 @@ def session_row(row: Any) -> SessionRecord:
         created_at=utc(row.created_at),
         updated_at=utc(row.updated_at),
         cancel_requested_at=utc(row.cancel_requested_at),
+        open_epoch=row.open_epoch,
+        crash_streak=row.crash_streak or 0,
     )
 
 

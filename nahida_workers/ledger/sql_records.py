@@ -37,6 +37,7 @@ from nahida_workers.ledger.sql_base import (
     SqlTx,
     session_row,
 )
+from nahida_workers.ledger.sql_owners import crash_streak_after
 from nahida_workers.ports import Fence
 
 __all__ = ["RecordWrites"]
@@ -202,7 +203,12 @@ class RecordWrites:
             )
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
-        """Increment the fencing epoch in its own commit (one statement); status → running."""
+        """Increment the fencing epoch in its own commit (one statement); status → running.
+
+        The same statement settles the crash counter (``sql_owners.py``): the
+        previous owner, if still open, counts as a crashed delivery unless it
+        made progress, and the new owner is open.
+        """
         with self._single_statement() as conn:
             row = conn.execute(
                 update(t.sessions)
@@ -211,6 +217,8 @@ class RecordWrites:
                     lease_epoch=t.sessions.c.lease_epoch + 1,
                     status=SessionStatus.RUNNING.value,
                     updated_at=at,
+                    crash_streak=crash_streak_after(),
+                    open_epoch=t.sessions.c.lease_epoch + 1,
                 )
                 .returning(t.sessions.c.lease_epoch)
             ).first()

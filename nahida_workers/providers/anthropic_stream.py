@@ -18,6 +18,11 @@ Wire rules (Anthropic "Streaming Messages" doc and recordings W07-W11):
   are ignored (the doc asks clients to tolerate new ones);
 * ``event: error`` mid-stream raises the typed error (``overloaded_error`` ->
   retryable, ``provider_unavailable``).
+* ``stop_reason: "refusal"`` is the model declining (``REFUSAL``, never an
+  answer); ``"pause_turn"`` (a server-tool loop paused) is ``PAUSE_TURN`` and
+  the turn keeps its content blocks as the API sent them (text, thinking with
+  its signature, server tool use and results, tool use), so the runtime can
+  send them back as-is to let the model continue the same turn.
 
 Early reporting (``on_tool_call``, DESIGN.md section 3 "Streaming pre-start"):
 a ``tool_use`` block is complete at its ``content_block_stop``; it is reported
@@ -48,24 +53,48 @@ _STOP_MAP = {
     "tool_use": StopReason.END_TURN,
     "max_tokens": StopReason.MAX_TOKENS,
     "model_context_window_exceeded": StopReason.MAX_TOKENS,
-    "refusal": StopReason.CONTENT_FILTER,
-    "pause_turn": StopReason.OTHER,
+    "refusal": StopReason.REFUSAL,
+    "pause_turn": StopReason.PAUSE_TURN,
 }
 _TOOL_STOPS = frozenset({"tool_use"})
 
 
 class _Block:
-    __slots__ = ("block_id", "initial_input", "kind", "name", "parts", "reported", "stopped")
+    __slots__ = (
+        "block_id",
+        "extra",
+        "initial_input",
+        "kind",
+        "name",
+        "parts",
+        "raw",
+        "reported",
+        "stopped",
+    )
 
     def __init__(self, kind: str, block: dict[str, Any]) -> None:
         self.kind = kind
+        self.raw = block  # the block's start, as sent (kept for a paused turn)
         self.block_id = str(block.get("id") or "")
         self.name = str(block.get("name") or "")
         initial = block.get("input")
         self.initial_input = initial if isinstance(initial, dict) else None
         self.parts: list[str] = []
+        self.extra: dict[str, Any] = {}  # thinking text, signature, citations of the block
         self.stopped = False  # content_block_stop seen (tracked only for on_tool_call)
         self.reported = False  # offered to on_tool_call
+
+    def content(self) -> dict[str, Any]:
+        """The block as the API would send it in a non-streaming body."""
+        out = dict(self.raw)
+        if self.kind == "text":
+            out["text"] = "".join(self.parts)
+        elif self.kind in ("tool_use", "server_tool_use"):
+            call = self.tool_call()
+            out["input"] = call.arguments
+        for key, value in self.extra.items():
+            out[key] = "".join(value) if isinstance(value, list) and key != "citations" else value
+        return out
 
     def tool_call(self) -> ToolCall:
         raw = "".join(self.parts)
@@ -205,6 +234,9 @@ class AnthropicStreamParser:
             usage=anthropic_usage(self._usage) if self._usage is not None else None,
             model=self._model,
             terminal=self._done,
+            content_blocks=[self._blocks[i].content() for i in sorted(self._blocks)]
+            if self._stop == "pause_turn"
+            else (),
         )
 
     def _report(self, *, stopped_only: bool) -> None:
@@ -242,7 +274,16 @@ class AnthropicStreamParser:
             partial = delta.get("partial_json")
             if block is not None and isinstance(partial, str) and partial:
                 block.parts.append(partial)
-        # thinking_delta, signature_delta, citations_delta: not text, not calls.
+        elif kind in ("thinking_delta", "signature_delta", "citations_delta"):
+            # Not text, not calls: kept only so a paused turn goes back whole.
+            block = self._blocks.get(index)
+            if block is not None:
+                key = {"thinking_delta": "thinking", "signature_delta": "signature"}.get(
+                    str(kind), "citations"
+                )
+                value = delta.get("citation") if key == "citations" else delta.get(key)
+                if value is not None:
+                    block.extra.setdefault(key, []).append(value)
         return ""
 
 

@@ -7,7 +7,8 @@ Pure (no I/O).  The rules:
   ``arguments_error`` and ``raw_arguments`` set and ``arguments == {}`` -- the
   runtime answers it with a tool error the model can correct; never raised.
 * Classification (case B09): ``stop_reason`` is ``TOOL_CALLS`` iff tool calls
-  were parsed; otherwise the API's reason, normalised.  When the API's reason
+  were parsed; otherwise ``REFUSAL`` when the model sent refusal content
+  (OpenAI ``refusal``), else the API's reason, normalised.  When the API's reason
   disagrees with what was parsed an ``Anomaly("finish_reason_mismatch",
   {"finish_reason": raw, "parsed_tool_calls": n})`` is attached.
 * Truncation: a stream that ended before its terminal marker while a tool
@@ -72,6 +73,8 @@ def build_turn(
     usage: Usage | None,
     model: str | None,
     terminal: bool,
+    refusal: str | None = None,
+    content_blocks: Iterable[Mapping[str, Any]] = (),
 ) -> ProviderTurn:
     """Assemble and classify a :class:`ProviderTurn`.
 
@@ -86,6 +89,9 @@ def build_turn(
         usage: the final usage or ``None``.
         model: the model the provider reported.
         terminal: whether the terminal marker arrived.
+        refusal: refusal text the model sent instead of an answer, if any.
+        content_blocks: the API's raw content blocks; kept on the turn only
+            when it paused (``pause_turn``) and must be sent back as-is.
 
     Raises:
         ProviderProtocolError: truncated stream with tool calls in progress
@@ -103,8 +109,11 @@ def build_turn(
                 truncated=True,
             )
         anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
+    refused = refusal if refusal and refusal.strip() else None
     if tool_calls:
         stop = StopReason.TOOL_CALLS
+    elif refused is not None:
+        stop = StopReason.REFUSAL
     elif raw_stop is None:
         stop = StopReason.OTHER if not terminal else StopReason.END_TURN
     else:
@@ -124,4 +133,8 @@ def build_turn(
         usage=usage,
         model=model,
         anomalies=tuple(anomalies),
+        refusal=refused,
+        content_blocks=tuple(dict(b) for b in content_blocks)
+        if stop is StopReason.PAUSE_TURN
+        else (),
     )

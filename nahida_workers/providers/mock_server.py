@@ -41,6 +41,8 @@ _FINISH = {
     StopReason.END_TURN: "stop",
     StopReason.MAX_TOKENS: "length",
     StopReason.CONTENT_FILTER: "content_filter",
+    StopReason.REFUSAL: "stop",  # OpenAI sends the refusal as content, the finish is "stop"
+    StopReason.PAUSE_TURN: "stop",  # no such thing in Chat Completions
     StopReason.OTHER: "stop",
 }
 _ERROR_TYPE = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -69,6 +71,8 @@ def openai_stream_chunks(
     yield chunk({"role": "assistant", "content": "" if turn.text else None})
     for piece in _WORDS.findall(turn.text):
         yield chunk({"content": piece})
+    if turn.refusal:
+        yield chunk({"refusal": turn.refusal})
     for index, call in enumerate(turn.tool_calls):
         text = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments)
         head = {"index": index, "id": call.call_id, "type": "function"}
@@ -105,6 +109,8 @@ def _completion_body(turn: ProviderTurn, *, model: str, completion_id: str) -> d
         for c in turn.tool_calls
     ]
     message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+    if turn.refusal:
+        message["refusal"] = turn.refusal
     if calls:
         message["tool_calls"] = calls
     usage = turn.usage

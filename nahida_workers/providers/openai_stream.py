@@ -18,6 +18,8 @@ Wire rules (OpenAI "Chat Completions streaming" reference and real recordings):
   parallel calls accumulate per index; calls keep the order they started in.
 * ``data: {"error": {...}}`` mid-stream (vLLM, some proxies) raises the typed
   error from :func:`~nahida_workers.providers.http_errors.error_from_payload`.
+* ``delta.refusal`` fragments (``message.refusal`` in a plain body) are the
+  model declining: joined, they make the turn a ``REFUSAL``, never an answer.
 
 Early reporting (``on_tool_call``, DESIGN.md section 3 "Streaming pre-start"):
 the wire has no per-call end marker, so a call is *sealed* -- its arguments
@@ -109,6 +111,7 @@ class OpenAIStreamParser:
         "_model",
         "_on_tool_call",
         "_provider",
+        "_refusal",
         "_sealed",
         "_slots",
         "_text",
@@ -122,6 +125,7 @@ class OpenAIStreamParser:
         self._on_tool_call = on_tool_call
         self._sealed = 0  # calls[:_sealed] are complete and were offered to on_tool_call
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._calls: list[_Call] = []
         self._slots: dict[int, _Call] = {}
         self._current = 0
@@ -178,6 +182,9 @@ class OpenAIStreamParser:
             if isinstance(content, str) and content:
                 self._text.append(content)
                 delta_text += content
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._refusal.append(refusal)
             tool_calls = delta.get("tool_calls")
             if tool_calls:
                 for fragment in tool_calls:
@@ -218,6 +225,7 @@ class OpenAIStreamParser:
             usage=openai_usage(self._usage) if self._usage is not None else None,
             model=self._model,
             terminal=terminal,
+            refusal="".join(self._refusal) or None,
         )
 
     def _tool_fragment(self, fragment: dict[str, Any]) -> None:

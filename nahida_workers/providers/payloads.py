@@ -15,7 +15,10 @@ Anthropic Messages: top-level ``system``; assistant blocks are text then
 ``tool_use``; the next user message starts with the ``tool_result`` blocks for
 exactly those ids in order (``is_error`` when set), and consecutive user
 content is merged because roles must alternate.  Empty or whitespace-only
-text is dropped (the API rejects such text blocks).
+text is dropped (the API rejects such text blocks).  A paused turn
+(``pause_turn``) is sent back with its own content blocks, as the API sent
+them, so the model continues the same turn; the continuation is merged into
+that assistant message.
 """
 
 from __future__ import annotations
@@ -214,13 +217,15 @@ def anthropic_messages(request: ProviderRequest) -> list[dict[str, Any]]:
         if isinstance(item, UserMessage):
             add("user", [{"type": "text", "text": item.text}] if item.text.strip() else [])
             continue
-        blocks: list[dict[str, Any]] = []
-        if item.assistant.text.strip():
-            blocks.append({"type": "text", "text": item.assistant.text})
-        blocks.extend(
-            {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}
-            for c in item.assistant.tool_calls
-        )
+        blocks = _paused_blocks(item.assistant)
+        if blocks is None:
+            blocks = []
+            if item.assistant.text.strip():
+                blocks.append({"type": "text", "text": item.assistant.text})
+            blocks.extend(
+                {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments}
+                for c in item.assistant.tool_calls
+            )
         add("assistant", blocks)
         add("user", [_tool_result(r) for r in item.results])
     out: list[dict[str, Any]] = []
@@ -230,6 +235,31 @@ def anthropic_messages(request: ProviderRequest) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": blocks})
     return out
+
+
+def _intact(value: Any) -> bool:
+    """False when the ledger's size cap replaced part of a stored block."""
+    if isinstance(value, dict):
+        return not value.get("capped") and all(_intact(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_intact(v) for v in value)
+    return True
+
+
+def _paused_blocks(message: AssistantMessage) -> list[dict[str, Any]] | None:
+    """The content blocks of a paused turn, as sent; None to build them from text.
+
+    Blocks a size cap altered cannot go back verbatim: the text is used then.
+    """
+    if not message.content_blocks or message.tool_calls:
+        return None
+    if not all(_intact(b) for b in message.content_blocks):
+        return None
+    return [
+        dict(b)
+        for b in message.content_blocks
+        if not (b.get("type") == "text" and not str(b.get("text", "")).strip())
+    ]
 
 
 def _tool_result(result: ToolResultMessage) -> dict[str, Any]:

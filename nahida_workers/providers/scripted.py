@@ -22,10 +22,19 @@ transcript; ``${result:CALL_ID}`` by the whole result.  That lets a fixed plan
 read the README a previous Glob found.  An unresolvable reference becomes the
 empty string (the tool then reports its own error to the model).
 
-Other keys per turn: ``stop_reason`` (end_turn, max_tokens, ...), ``usage``
+Other keys per turn: ``stop_reason`` (end_turn, max_tokens, refusal,
+pause_turn, ...), ``refusal`` (refusal text, as OpenAI sends it),
+``content_blocks`` (the raw blocks of a paused turn), ``usage``
 (``input_tokens``/``output_tokens``), ``delay_s`` (seconds to wait before
 answering), ``raw_arguments`` on a call (sent instead of ``arguments``, for
-invalid-JSON tests).
+invalid-JSON tests).  A turn is classified the way the stream parsers do it
+(``providers/classify.py``): ``stop_reason: tool_calls`` with no call is a
+finish reason that claims calls nobody sent (an anomaly, case B09).
+
+A session runs its script from turn 0 in every run.  ``next_runs`` (a list
+of turn lists) gives the session's second, third ... run their own turns
+instead (``ProviderRequest.run_index``); a run past the last list uses the
+last one.
 """
 
 from __future__ import annotations
@@ -50,9 +59,18 @@ from nahida_workers.core.messages import (
     Usage,
 )
 from nahida_workers.errors import ConfigError, ProviderError
+from nahida_workers.providers.classify import build_turn
 from nahida_workers.providers.early_calls import emit_parsed
 
-__all__ = ["Script", "ScriptError", "ScriptTurn", "ScriptedCall", "ScriptedProvider", "load_script"]
+__all__ = [
+    "Script",
+    "ScriptError",
+    "ScriptTurn",
+    "ScriptedCall",
+    "ScriptedProvider",
+    "load_script",
+    "unknown_script_tools",
+]
 
 _REF = re.compile(r"^\$\{result:(?P<call>[^:}]+)(?::line:(?P<line>\d+))?\}$")
 
@@ -84,15 +102,32 @@ class ScriptTurn(_Model):
     text: str = ""
     tool_calls: tuple[ScriptedCall, ...] = ()
     stop_reason: StopReason | None = None
+    refusal: str | None = None
+    content_blocks: tuple[dict[str, Any], ...] = ()
     usage: Usage | None = None
     delay_s: float = 0.0
     error: ScriptError | None = None
 
 
 class Script(_Model):
-    """A whole script: turns served in order."""
+    """A whole script: turns served in order (``next_runs``: the turns of later runs)."""
 
     turns: tuple[ScriptTurn, ...]
+    next_runs: tuple[tuple[ScriptTurn, ...], ...] = ()
+
+    def turns_of_run(self, run_index: int) -> tuple[ScriptTurn, ...]:
+        """The turns served to run ``run_index`` (0-based) of a session."""
+        if run_index <= 0 or not self.next_runs:
+            return self.turns
+        return self.next_runs[min(run_index, len(self.next_runs)) - 1]
+
+    def tool_names(self) -> list[str]:
+        """Every tool name a turn of the script calls, in order of first use."""
+        names: list[str] = []
+        for turns in (self.turns, *self.next_runs):
+            for turn in turns:
+                names.extend(c.name for c in turn.tool_calls if c.name not in names)
+        return names
 
 
 def load_script(source: str | Path | Mapping[str, Any]) -> Script:
@@ -113,6 +148,31 @@ def load_script(source: str | Path | Mapping[str, Any]) -> Script:
         return Script.model_validate(data)
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         raise ConfigError(f"invalid provider script: {exc}") from None
+
+
+def unknown_script_tools(provider: Mapping[str, Any], offered: set[str]) -> list[str]:
+    """Tool names a scripted provider (or a scripted fallback) calls that are not ``offered``.
+
+    Args:
+        provider: a provider config mapping (``kind``, ``script``, ``fallbacks``).
+        offered: the tool names the job gives the model.
+
+    Raises:
+        ConfigError: a script is missing or malformed.
+    """
+    unknown: list[str] = []
+    configs = [provider]
+    while configs:
+        config = configs.pop(0)
+        fallbacks = config.get("fallbacks")
+        if isinstance(fallbacks, list):
+            configs.extend(f for f in fallbacks if isinstance(f, Mapping))
+        if config.get("kind", "scripted") != "scripted" or config.get("script") is None:
+            continue
+        source = config["script"]
+        script = load_script({"turns": source} if isinstance(source, list) else source)
+        unknown.extend(n for n in script.tool_names() if n not in offered and n not in unknown)
+    return unknown
 
 
 def _results_by_call(request: ProviderRequest) -> dict[str, str]:
@@ -177,18 +237,27 @@ def scripted_turn(turn: ScriptTurn, request: ProviderRequest) -> ProviderTurn:
                 )
             )
     stop = turn.stop_reason or (StopReason.TOOL_CALLS if calls else StopReason.END_TURN)
-    return ProviderTurn(
+    raw = stop.value
+    if stop is StopReason.TOOL_CALLS:
+        stop = StopReason.END_TURN  # normalised from what was parsed, as the parsers do
+    return build_turn(
+        api="scripted",
         text=turn.text,
-        tool_calls=tuple(calls),
-        stop_reason=stop,
-        raw_stop_reason=stop.value,
+        calls=calls,
+        raw_stop=raw,
+        stop_map={r.value: r for r in StopReason if r is not StopReason.TOOL_CALLS}
+        | {StopReason.TOOL_CALLS.value: StopReason.END_TURN},
+        tool_stops={StopReason.TOOL_CALLS.value},
         usage=turn.usage,
         model="scripted",
+        terminal=True,
+        refusal=turn.refusal,
+        content_blocks=turn.content_blocks or ({"type": "text", "text": turn.text},),
     )
 
 
 class ScriptedProvider:
-    """Serves script turn ``request.turn_index`` for each call.
+    """Serves script turn ``request.turn_index`` (of run ``request.run_index``) for each call.
 
     Args:
         script: the turns.
@@ -226,14 +295,14 @@ class ScriptedProvider:
             ProviderError: the script has no turn at that index
                 (``script_exhausted``), or the turn is a scripted error.
         """
-        if request.turn_index >= len(self.script.turns):
+        turns = self.script.turns_of_run(request.run_index)
+        if request.turn_index >= len(turns):
             raise ProviderError(
-                f"script exhausted: no turn {request.turn_index} "
-                f"(script has {len(self.script.turns)})",
+                f"script exhausted: no turn {request.turn_index} (script has {len(turns)})",
                 retryable=False,
                 failure_code=FailureCode.SCRIPT_EXHAUSTED,
             )
-        turn = self.script.turns[request.turn_index]
+        turn = turns[request.turn_index]
         if turn.delay_s > 0:
             self._sleep(turn.delay_s)
         if turn.error is not None:

@@ -24,6 +24,7 @@ from nahida_workers.core.events import (
 )
 from nahida_workers.core.loop import CallResult
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.receipts import idempotency_key, verification_for
 from nahida_workers.tools.base import ToolContext, ToolRegistry
 from nahida_workers.tools.runner import run_tool
 
@@ -95,11 +96,6 @@ class Execution:
 
     result: CallResult
     receipt: ExecutionReceipt
-
-
-def idempotency_key(run_id: str, call_id: str) -> str:
-    """``{run_id}:{call_id}``: stable across retries and owners (case B13)."""
-    return f"{run_id}:{call_id}"
 
 
 def not_run(
@@ -187,7 +183,7 @@ def execute_call(
         input_fingerprint=call.fingerprint,
         evidence=dict(outcome.evidence),
         evidence_kind=kind,
-        verification_status=VerificationStatus.UNVERIFIED,
+        verification_status=verification_for(call.name, outcome.status, kind, outcome.evidence),
         idempotency_key=key,
         epoch=job.epoch,
     )

@@ -20,6 +20,7 @@ from nahida_workers.core.loop import (
     Finish,
     terminal_event,
 )
+from nahida_workers.core.receipts import missing_receipts
 from nahida_workers.core.records import RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.ports import Clock, Fence, Ledger
@@ -72,7 +73,9 @@ class CommitPoints:
 
         ``claims``: inbox message ids the events commit as user input.  A
         ledger outage is ridden out for ``ledger_outage_s`` (an attempt cut off
-        after it landed is not repeated: ``runtime/outage.py``).
+        after it landed is not repeated: ``runtime/outage.py``).  A result
+        without a receipt (a call recovery closed as interrupted, one refused
+        by a bound) is committed with a synthetic one (``core/receipts.py``).
 
         Raises:
             LeaseLostError / StaleEpochError: this owner lost the session.
@@ -80,6 +83,10 @@ class CommitPoints:
             LedgerUnavailableError: the outage outlasted ``ledger_outage_s``.
         """
         self.heartbeat.check()
+        receipts = [
+            *receipts,
+            *missing_receipts(state, events, receipts, now=self.clock.now()),
+        ]
 
         def write() -> Any:
             with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:

@@ -10,6 +10,10 @@ Creating a session with an idempotency key the ledger already holds returns
 the existing session and publishes nothing new (issue 2 item 9; a schedule's
 fire uses ``schedule id + fire time + repository`` as the key, DESIGN.md
 section 8, ``nahida_workers/schedules/policy.py``).
+
+A prompt too large for an event row is stored first as a prompt artifact
+(``runtime/artifacts.py``); the event and the session's config snapshot hold
+its excerpt, never the cap's storage record.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from nahida_workers.core.events import Event, EventType, SessionStatus
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.ports import Clock, Ledger, TaskQueue
+from nahida_workers.runtime.artifacts import needs_artifact, store_user_input
 from nahida_workers.runtime.spec import SessionSpec
 
 __all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id", "provider_labels"]
@@ -46,12 +51,18 @@ def provider_labels(spec: SessionSpec) -> tuple[str, str]:
 
 @dataclass
 class Dispatcher:
-    """Creates sessions and publishes their tasks through the outbox."""
+    """Creates sessions and publishes their tasks through the outbox.
+
+    Attributes:
+        prompt_inline_max_bytes: a prompt whose JSON encoding is larger than
+            this many bytes is stored as a prompt artifact.
+    """
 
     ledger: Ledger[Any]
     queue: TaskQueue
     clock: Clock
     ids: Callable[[], str] = field(default=new_id)
+    prompt_inline_max_bytes: int = 64 * 1024
 
     def create_batch(
         self, job_name: str, spec: dict[str, object], *, batch_id: str | None = None
@@ -121,13 +132,18 @@ class Dispatcher:
             key was already known -- nothing was written or published then.
         """
         now = self.clock.now()
+        config = spec.model_dump(mode="json")
+        user_input: dict[str, Any] = {"text": spec.prompt}
+        if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
+            user_input = store_user_input(self.ledger, spec.prompt, at=now)
+            config["prompt"] = user_input["text"]  # stored once, in the artifact
         session = SessionRecord(
             session_id=session_id or self.ids(),
             parent_id=parent_id,
             batch_id=batch_id,
             workspace=workspace,
             status=SessionStatus.QUEUED,
-            config=spec.model_dump(mode="json"),
+            config=config,
             idempotency_key=idempotency_key,
             created_at=now,
             updated_at=now,
@@ -151,7 +167,7 @@ class Dispatcher:
             run_id=run.run_id,
             sequence=1,
             type=EventType.USER_INPUT,
-            payload={"text": spec.prompt, "source": "prompt", "message_id": None},
+            payload={**user_input, "source": "prompt", "message_id": None},
             created_at=now,
         )
         stored, created = self.ledger.open_session(session, run, [prompt], outbox)

@@ -60,13 +60,15 @@ from nahida_workers.errors import (
 )
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
+from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
 from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
+from nahida_workers.runtime.history import session_history
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
-from nahida_workers.runtime.prestart import PreStart
+from nahida_workers.runtime.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -137,8 +139,16 @@ class SessionOwner(CommitPoints):
             self._run_one(run)
             outcome = SessionOutcome.FINISHED
 
-    def abandon(self) -> None:
-        """Seal the open run ``failed/abandoned`` after closing its orphan calls."""
+    def abandon(
+        self,
+        reason: ReasonCode = ReasonCode.ABANDONED,
+        code: FailureCode = FailureCode.ABANDONED,
+    ) -> None:
+        """Seal the open run ``failed/<reason>`` after closing its orphan calls.
+
+        ``abandoned`` (the sweeper: no owner, no progress) by default;
+        ``poison_session`` when deliveries kept crashing (``runtime/poison.py``).
+        """
         runs = self.r.ledger.runs_of(self.session.session_id)
         run = next((r for r in reversed(runs) if r.terminal_state is None), None)
         if run is None:
@@ -152,13 +162,8 @@ class SessionOwner(CommitPoints):
         recovered = recovery_events(state, now=self.r.clock.now(), epoch=self.fence.epoch)
         if recovered:
             self.commit(state, recovered)
-        failed, reason = TerminalState.FAILED, ReasonCode.ABANDONED
-        log.warning("run %s: no progress with no owner; sealing it failed/abandoned", run.run_id)
-        self.seal(
-            state,
-            run,
-            Finish(failed, reason, final_text_for(failed, reason), FailureCode.ABANDONED),
-        )
+        log.warning("run %s: sealing it failed/%s", run.run_id, reason.value)
+        self._seal_failed(state, run, reason, code)
 
     def _next_run(self) -> RunRecord | None:
         """Input that arrived after the last run sealed starts the next run."""
@@ -199,7 +204,8 @@ class SessionOwner(CommitPoints):
         bind_log_context(session_id=run.session_id, run_id=run.run_id, trace_id=run.trace_id)
         log.info("session %s: run %s, epoch %s", run.session_id, run.run_id, self.fence.epoch)
         events, receipts = self.r.ledger.load_run(self.fence, run.run_id)
-        state = RunState.from_ledger(run.run_id, events, receipts)
+        history, index = session_history(self.r.ledger, self.session.session_id, run.run_id)
+        state = RunState.from_ledger(run.run_id, events, receipts, history=history, run_index=index)
         self._inbox_pending = sum(
             1
             for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
@@ -207,8 +213,22 @@ class SessionOwner(CommitPoints):
         )
         try:
             self.spec = _spec_of(self.session)
-            registry = self.r.registry_for(self.spec)
+            registry, artifacts = offer_artifact_tool(
+                self.r.registry_for(self.spec),
+                self.r.ledger.get_artifact,
+                [*state.history, *state.events],
+            )
             self._recover(state, run, registry)
+            problem = artifact_problem(self.r.ledger.get_artifact, artifacts)
+            if problem is not None and state.terminal is None:
+                log.error("run %s: %s; failing it before any provider call", run.run_id, problem)
+                self._seal_failed(
+                    state,
+                    run,
+                    ReasonCode.PROMPT_ARTIFACT_INVALID,
+                    FailureCode.PROMPT_ARTIFACT_INVALID,
+                )
+                return
             self.drive(state, run, registry)
         except (LeaseLostError, StaleEpochError):
             raise
@@ -226,6 +246,12 @@ class SessionOwner(CommitPoints):
         except Exception as exc:
             log.exception("run %s: unexpected error; sealing it failed", run.run_id)
             self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
+
+    def _seal_failed(
+        self, state: RunState, run: RunRecord, reason: ReasonCode, code: FailureCode
+    ) -> None:
+        failed = TerminalState.FAILED
+        self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
 
     def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
         """Settle what the previous owner left open (core/recovery.py), once, in order."""
@@ -266,6 +292,8 @@ class SessionOwner(CommitPoints):
             contract=self.spec.contract,
         )
         provider = self.r.provider_for(self.spec)
+        fallback = FallbackGuard()
+        fallback.attach(provider)
         config = LoopConfig(
             system_prompt=self.spec.system_prompt,
             tools=registry.schemas(),
@@ -311,6 +339,7 @@ class SessionOwner(CommitPoints):
                     self.commit(state, events)
                 case CallProvider(request=request):
                     prestart = self._prestart(job, registry)
+                    fallback.arm(job, prestart)
                     try:
                         asked = self.r.clock.monotonic()
                         turn = provider.complete(

@@ -25,7 +25,7 @@ from nahida_workers.runtime.calls import CallJob
 from nahida_workers.runtime.fanout import FanOutExecutor, Pending
 from nahida_workers.tools.base import ToolRegistry
 
-__all__ = ["PreStart"]
+__all__ = ["FallbackGuard", "PreStart"]
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,80 @@ class PreStart:
             log.info("pre-start: %d call(s) not in the committed turn were aborted", dropped)
         return kept
 
+    def reset(self) -> None:
+        """A provider fallback: abort everything started so far, stay open for the next one.
+
+        The caller has bumped the executor epoch, so a result of these calls
+        that arrives later is an ``aborted`` result, never a success.
+        """
+        if self._pending.slots:
+            self._executor.discard(self._pending, lambda _c: False)
+        self._pending = Pending()
+        self._keys.clear()
+        self._closed = False
+
     def abort(self) -> None:
         """Abort everything started (the turn was not committed)."""
         if self._pending.slots:
             self._executor.discard(self._pending, lambda _c: False)
         self._pending = Pending()
         self._closed = True
+
+
+class FallbackGuard:
+    """The runtime's ``on_fallback`` (DESIGN.md section 3, issue 10 item 8).
+
+    When a provider gives up and the next one is tried, the executor epoch of
+    the run is bumped and every call the failed provider pre-started is
+    aborted: its result, whenever it arrives, is an ``aborted`` result, and a
+    call the next provider's turn holds runs afresh.
+    """
+
+    def __init__(self) -> None:
+        self._job: CallJob | None = None
+        self._prestart: PreStart | None = None
+        self.fallbacks = 0
+
+    def attach(self, provider: object) -> int:
+        """Wire :meth:`on_fallback` into every fallback provider inside ``provider``.
+
+        Walks nested fallbacks (``providers/fallback.py``: an object with
+        ``on_fallback`` and ``providers``); a callback already set is kept and
+        called first.  Returns how many were wired (0: no fallbacks).
+        """
+        inner = getattr(provider, "providers", None)
+        if not hasattr(provider, "on_fallback") or not isinstance(inner, tuple):
+            return 0
+        before = provider.on_fallback
+        if before is None:
+            provider.on_fallback = self.on_fallback
+        else:
+
+            def both(from_name: str, to_name: str) -> None:
+                before(from_name, to_name)
+                self.on_fallback(from_name, to_name)
+
+            provider.on_fallback = both
+        return 1 + sum(self.attach(p) for p in inner)
+
+    def arm(self, job: CallJob, prestart: PreStart | None) -> None:
+        """Before each provider call: the run's job and this turn's pre-start."""
+        self._job, self._prestart = job, prestart
+
+    def on_fallback(self, from_name: str, to_name: str) -> None:
+        """Bump the executor epoch; abort what the failed provider started."""
+        self.fallbacks += 1
+        if self._job is not None:
+            epoch = self._job.executor_epoch.bump()
+            log.warning(
+                "run %s: provider %s failed, falling back to %s; executor epoch now %d",
+                self._job.run_id,
+                from_name,
+                to_name,
+                epoch,
+            )
+        if self._prestart is not None:
+            self._prestart.reset()
 
 
 def calls_of(pending: Pending) -> Sequence[ToolCall]:

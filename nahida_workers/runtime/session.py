@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nahida_workers.core.events import (
+    FailureCode,
+    ReasonCode,
     SessionStatus,
 )
 from nahida_workers.errors import (
@@ -37,6 +39,7 @@ from nahida_workers.runtime.channel import EventSink, NullSink
 from nahida_workers.runtime.executor import ToolExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
+from nahida_workers.runtime.redelivery import is_poison
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 
@@ -45,9 +48,15 @@ __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 log = logging.getLogger(__name__)
 
 
-def owner_token() -> str:
-    """A lease owner token unique to this process and call: ``host:pid:uuid``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+def owner_token(delivery_tag: str = "") -> str:
+    """A lease owner token unique to this process and call: ``host:pid:uuid[:tag]``.
+
+    ``delivery_tag`` names the broker message the owner runs in
+    (``runtime/redelivery.py``: a requeued copy of that message recognises
+    the lease its dead owner left).
+    """
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{token}:{delivery_tag}" if delivery_tag else token
 
 
 @dataclass
@@ -65,6 +74,10 @@ class SessionRunner:
         prestart: start read-only concurrency-safe calls while the provider
             still streams (needs a fan-out executor; see ``runtime/prestart.py``).
         sink: where user-visible events go (``runtime/channel.py``).
+        poison_after_crashes: a session whose last this-many owners all
+            crashed without progress is sealed ``failed/poison_session``
+            instead of being run again (issue 10 item 2; ``bump_epoch``
+            counts them in the ledger).
     """
 
     ledger: Ledger[Any]
@@ -77,6 +90,7 @@ class SessionRunner:
     ledger_outage_s: float = 10.0
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
+    poison_after_crashes: int = 3
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.
@@ -95,15 +109,17 @@ class SessionRunner:
                     return False
                 epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
                 SessionOwner(self, session, Fence(session_id, epoch), heartbeat).abandon()
+                self._close(session_id, epoch)
                 return True
         finally:
             self.leases.release(session_id, owner)
 
-    def run(self, session_id: str) -> SessionOutcome:
+    def run(self, session_id: str, *, delivery_tag: str = "") -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
 
         A delivery that finds the session done or the lease held returns
-        without writing anything (case B01).
+        without writing anything (case B01).  ``delivery_tag`` (see
+        :func:`owner_token`) is put in the lease's owner token.
 
         Raises:
             LedgerError / ProviderError: infrastructure failures the caller may
@@ -114,18 +130,39 @@ class SessionRunner:
             return SessionOutcome.NOT_FOUND
         if session.status is SessionStatus.DONE:
             return SessionOutcome.ALREADY_DONE
-        owner = owner_token()
+        owner = owner_token(delivery_tag)
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             log.info("session %s: lease held by another owner; delivery exits", session_id)
             return SessionOutcome.LEASE_HELD
+        epoch: int | None = None
         try:
             with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
                 epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
+                session = self.ledger.get_session(session_id) or session  # the crash count
                 owned = SessionOwner(self, session, Fence(session_id, epoch), heartbeat)
+                if is_poison(session.crash_streak, self.poison_after_crashes):
+                    log.error(
+                        "session %s: its last %d owners crashed without progress; sealing the "
+                        "open run failed/poison_session",
+                        session_id,
+                        session.crash_streak,
+                    )
+                    owned.abandon(ReasonCode.POISON_SESSION, FailureCode.POISON_SESSION)
+                    owned.run()  # input that waits for a next run still starts it
+                    return SessionOutcome.FINISHED
                 return owned.run()
         except (LeaseLostError, StaleEpochError) as exc:
             log.warning("session %s: lease_lost (%s); stopping without writing", session_id, exc)
             return SessionOutcome.LEASE_LOST
         finally:
+            if epoch is not None:
+                self._close(session_id, epoch)
             if not self.leases.release(session_id, owner):
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
+
+    def _close(self, session_id: str, epoch: int) -> None:
+        """Hand the session back cleanly: this owner did not crash (``close_owner``)."""
+        try:
+            self.ledger.close_owner(session_id, epoch, at=self.clock.now())
+        except Exception as exc:  # a ledger outage: the next owner counts one crash too many
+            log.warning("session %s: close_owner failed: %s", session_id, exc)

@@ -205,8 +205,11 @@ def build_fleet(
         lease_ttl_ms=settings.lease_ttl_ms,
         ledger_outage_s=settings.ledger_outage_s,
         sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
+        poison_after_crashes=settings.poison_after_crashes,
     )
-    dispatcher = Dispatcher(ledger, queue, clock)
+    dispatcher = Dispatcher(
+        ledger, queue, clock, prompt_inline_max_bytes=settings.inline_prompt_max_bytes
+    )
     inbox = Inbox(
         ledger,
         leases,

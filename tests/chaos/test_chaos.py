@@ -199,6 +199,7 @@ def test_chaos_run_ci_size_loses_nothing_and_repeats_nothing() -> None:
     assert result["counts"]["sessions"] == 20
     assert result["counts"]["deliver duplicates"] == 0
     assert result["counts"]["runs not completed"] == 0, out  # outages are ridden out
+    assert result["counts"]["calls without a receipt"] == 0, out  # issue 10 item 7
     assert result["counts"]["steering acknowledged"] == sent
     assert result["harness_errors"] == 0
     assert "chaos verdict: PASS" in out

@@ -101,7 +101,9 @@ def test_sigkill_mid_bash_is_finished_by_another_worker_without_rerunning(
     assert results[0].payload["status"] == ToolStatus.INTERRUPTED.value
     assert results[0].payload["synthetic"] is True
     assert _marker_lines(marker) == ["ran"], "the killed command must not run again"
-    assert pg.receipts(run.run_id) == []  # no execution finished: no receipt
+    # no execution finished: the one receipt says so (issue 10 item 7)
+    (receipt,) = pg.receipts(run.run_id)
+    assert receipt.status is ToolStatus.INTERRUPTED and receipt.evidence["synthetic"] is True
     # the second owner wrote the recovery and everything after it, at a higher epoch
     assert {e.epoch for e in events if e.type is EventType.TOOL_RESULT} == {2}
     assert run.terminal_state is not None

@@ -215,7 +215,11 @@ def claims_backed(ctx: CandidateContext) -> PolicyAction:
         return Accept()
     kinds = _evidence_kinds(ctx)
     tools = {r.tool_name for _s, r in ok_receipts_in_order(ctx.state)}
-    all_tools = {r.tool_name for r in ctx.state.receipts.values()}
+    # A synthetic receipt (a call closed as interrupted, refused by a bound)
+    # says nothing ran to the end: it backs no claim.
+    all_tools = {
+        r.tool_name for r in ctx.state.receipts.values() if not r.evidence.get("synthetic")
+    }
     backed = {
         Claim.READ: bool(kinds & {EvidenceKind.OBSERVE, EvidenceKind.MUTATE}),
         Claim.CHANGED: EvidenceKind.MUTATE in kinds and bool(tools & {"Write", "Edit", "Bash"}),

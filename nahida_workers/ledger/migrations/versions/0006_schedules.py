@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0006_schedules"
-down_revision = "0003_fleet_state"
+down_revision = "0004_artifacts_crashes"
 branch_labels = None
 depends_on = None
 

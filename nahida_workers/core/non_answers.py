@@ -1,0 +1,153 @@
+"""Provider turns that are not answers, judged before the completion pipeline (issue 10 item 3).
+
+A turn with no tool call is a candidate answer (DESIGN.md section 6) only if
+it is one.  Before the pipeline looks at it, :func:`judge_non_answer` sorts
+out the turns that are something else:
+
+* a refusal (OpenAI ``refusal`` content, Anthropic ``stop_reason:
+  "refusal"``) ends the run ``incomplete/refused``; a reply the provider's
+  content filter stopped ends it ``incomplete/content_filtered``.  The model
+  declined: nothing it wrote is an answer, and the runtime writes the final
+  text;
+* a turn with no text and no parsable call whose finish reason claims tool
+  calls is a protocol anomaly (DESIGN.md section 7, case B09's empty
+  variant): one repair turn, then ``failed/provider_protocol_invalid``;
+* an empty answer (no text, no call) is never ``completed``, whatever the
+  contract: one correction turn, then ``incomplete/empty_answer``.
+
+An Anthropic ``pause_turn`` is not judged at all: the loop sends the paused
+content back and the model continues the same turn (``core/loop.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nahida_workers.core.events import (
+    Event,
+    EventType,
+    FailureCode,
+    ReasonCode,
+    TerminalState,
+)
+from nahida_workers.core.messages import StopReason
+from nahida_workers.core.state import RunState
+
+__all__ = [
+    "EMPTY_ANSWER_STAGE",
+    "OWN_FINAL_TEXT",
+    "GiveUp",
+    "Repair",
+    "claims_calls_it_did_not_send",
+    "judge_non_answer",
+]
+
+#: Correction stage name of the empty-answer check (counted like the pipeline's stages).
+EMPTY_ANSWER_STAGE = "empty_answer"
+#: ``control.kind`` of a repair turn after a provider protocol anomaly.
+REPAIR_KIND = "repair"
+#: Anomaly code of a finish reason that claims calls while none was parsed (case B09).
+MISMATCH = "finish_reason_mismatch"
+
+#: Final texts of reasons that say more than "not finished": the model declined.
+OWN_FINAL_TEXT = {
+    ReasonCode.REFUSED: "The model declined the request (refused); the work was not done.",
+    ReasonCode.CONTENT_FILTERED: (
+        "The provider's content filter stopped the reply (content filtered); the work was not done."
+    ),
+}
+
+_EMPTY_TOOL_TURN_TEXT = (
+    "Your last reply ended with a tool-call finish reason, but it held no text and no "
+    "tool call that could be parsed. Reply again: call a tool with a JSON object as "
+    "arguments, or answer in text."
+)
+_EMPTY_ANSWER_TEXT = (
+    "Your reply was empty. Answer the task in text, or call a tool if there is work left."
+)
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """End the run: the turn is final and it is not an answer."""
+
+    state: TerminalState
+    reason: ReasonCode
+    failure_code: FailureCode | None = None
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One more provider turn after a control event and a user message.
+
+    Attributes:
+        control: payload of the ``control`` event that records why.
+        text: the user message the model gets.
+    """
+
+    control: dict[str, Any]
+    text: str
+
+
+def claims_calls_it_did_not_send(state: RunState, turn: Event) -> bool:
+    """The turn's finish reason says tool calls, and no call was parsed."""
+    if turn.payload.get("call_ids"):
+        return False
+    if turn.payload.get("stop_reason") == StopReason.TOOL_CALLS.value:
+        return True
+    index = turn.payload.get("turn")
+    return any(
+        e.type is EventType.PROVIDER_ANOMALY
+        and e.sequence > turn.sequence
+        and e.payload.get("turn") == index
+        and e.payload.get("code") == MISMATCH
+        and (e.payload.get("detail") or {}).get("parsed_tool_calls") == 0
+        for e in state.events
+    )
+
+
+def _done(state: RunState, kind: str, key: str, value: str) -> int:
+    return sum(
+        1
+        for e in state.events
+        if e.type is EventType.CONTROL
+        and e.payload.get("kind") == kind
+        and e.payload.get(key) == value
+    )
+
+
+def judge_non_answer(
+    state: RunState, turn: Event, *, pending_steering: int = 0
+) -> GiveUp | Repair | None:
+    """What to do with a no-call turn that is not an answer; None for a candidate.
+
+    Args:
+        state: the run so far.
+        turn: its latest ``assistant_output`` (no tool calls).
+        pending_steering: steering messages waiting; an empty reply then lets
+            the pipeline continue with them instead of a correction.
+    """
+    stop = turn.payload.get("stop_reason")
+    if stop == StopReason.REFUSAL.value or turn.payload.get("refusal"):
+        return GiveUp(TerminalState.INCOMPLETE, ReasonCode.REFUSED)
+    if stop == StopReason.CONTENT_FILTER.value:
+        return GiveUp(TerminalState.INCOMPLETE, ReasonCode.CONTENT_FILTERED)
+    if str(turn.payload.get("text", "")).strip():
+        return None
+    if claims_calls_it_did_not_send(state, turn):
+        if _done(state, REPAIR_KIND, "anomaly", "empty_tool_turn") >= 1:
+            return GiveUp(
+                TerminalState.FAILED,
+                ReasonCode.PROVIDER_PROTOCOL_INVALID,
+                FailureCode.PROVIDER_PROTOCOL_INVALID,
+            )
+        return Repair(
+            {"kind": REPAIR_KIND, "anomaly": "empty_tool_turn", "turn": turn.payload.get("turn")},
+            _EMPTY_TOOL_TURN_TEXT,
+        )
+    if pending_steering > 0:
+        return None  # the pipeline's first stage continues with the steering
+    if _done(state, "correction", "stage", EMPTY_ANSWER_STAGE) >= 1:
+        return GiveUp(TerminalState.INCOMPLETE, ReasonCode.EMPTY_ANSWER)
+    return Repair({"kind": "correction", "stage": EMPTY_ANSWER_STAGE}, _EMPTY_ANSWER_TEXT)

@@ -1,0 +1,112 @@
+"""The durable crash counter and the prompt artifact store of the SQL ledger (issue 10).
+
+Crash counter (item 2): ``bump_epoch`` (in ``sql_records.py``) marks the new
+owner open and, in the same statement, settles the previous open owner: one
+that never handed the session back counts as a crashed delivery unless it
+made progress.  :meth:`OwnerOps.close_owner` hands a session back cleanly.
+
+Progress at an epoch: a tool execution that finished (a receipt written at
+that epoch whose status is not ``interrupted`` or ``aborted`` -- those are
+the synthetic receipts of calls that did not finish) or a sealed run (a
+``terminal`` event at that epoch).
+
+Prompt artifacts (item 5): whole user input addressed by the sha256 of its
+bytes, written once (a second write of the same bytes is a no-op).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, exists, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from nahida_workers.ledger import schema as t
+
+__all__ = ["OwnerOps", "crash_streak_after", "progressed_at"]
+
+#: Receipt statuses that say the execution did not finish (synthetic receipts).
+UNFINISHED = ("interrupted", "aborted")
+
+
+def progressed_at(epoch: Any) -> ColumnElement[bool]:
+    """SQL: the session row being updated made progress at fencing epoch ``epoch``."""
+    s, r, a, e = t.sessions.c, t.agent_execution_receipts.c, t.agent_runs.c, t.agent_run_events.c
+    receipt = exists(
+        select(r.receipt_id)
+        .select_from(t.agent_execution_receipts.join(t.agent_runs, r.run_id == a.run_id))
+        .where(a.session_id == s.session_id, r.epoch == epoch, r.status.notin_(UNFINISHED))
+    )
+    sealed = exists(
+        select(e.event_id)
+        .select_from(t.agent_run_events.join(t.agent_runs, e.run_id == a.run_id))
+        .where(a.session_id == s.session_id, e.epoch == epoch, e.event_type == "terminal")
+    )
+    return receipt | sealed
+
+
+def crash_streak_after() -> ColumnElement[int]:
+    """SQL: ``crash_streak`` once the open owner (if any) is settled as gone."""
+    s = t.sessions.c
+    return case(
+        (s.open_epoch.is_(None), s.crash_streak),
+        (progressed_at(s.open_epoch), 0),
+        else_=s.crash_streak + 1,
+    )
+
+
+class OwnerOps:
+    """``close_owner`` and the artifact store (a mixin of the SQL ledger)."""
+
+    _pg: bool
+
+    def _single_statement(self) -> Any:
+        raise NotImplementedError
+
+    def _read(self) -> Any:
+        raise NotImplementedError
+
+    def close_owner(self, session_id: str, epoch: int, *, at: datetime) -> None:
+        """Hand the session back cleanly: owner ``epoch`` is no longer open.
+
+        The crash streak is reset when this owner made progress, else kept.
+        A no-op when a later owner has taken over (``open_epoch`` moved on).
+        """
+        s = t.sessions.c
+        with self._single_statement() as conn:
+            conn.execute(
+                update(t.sessions)
+                .where(and_(s.session_id == session_id, s.open_epoch == epoch))
+                .values(
+                    open_epoch=None,
+                    # No crash counted so far (the usual case): no progress query.
+                    crash_streak=case(
+                        (s.crash_streak == 0, 0),
+                        (progressed_at(epoch), 0),
+                        else_=s.crash_streak,
+                    ),
+                )
+            )
+
+    def put_artifact(self, data: bytes, *, at: datetime) -> str:
+        """Store ``data`` whole (once); returns its sha256 hex, the artifact's address."""
+        digest = hashlib.sha256(data).hexdigest()
+        values = {"sha256": digest, "size_bytes": len(data), "content": data, "created_at": at}
+        dialect_insert = pg_insert if self._pg else sqlite_insert
+        with self._single_statement() as conn:
+            conn.execute(
+                dialect_insert(t.prompt_artifacts)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=["sha256"])
+            )
+        return digest
+
+    def get_artifact(self, sha256: str) -> bytes | None:
+        """The stored bytes of artifact ``sha256`` (unchecked), or None."""
+        pa = t.prompt_artifacts.c
+        with self._read() as conn:
+            row = conn.execute(select(pa.content).where(pa.sha256 == sha256)).first()
+        return None if row is None else bytes(row[0])

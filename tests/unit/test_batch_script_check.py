@@ -1,0 +1,57 @@
+"""The script is checked before anything runs (issue 10 item 9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nahida_workers.cli.batch import _validate
+from nahida_workers.errors import ConfigError
+from nahida_workers.settings import Settings
+from nahida_workers.testing import scripted_spec
+
+SETTINGS = Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def glob(name: str = "Glob") -> dict[str, Any]:
+    return {"tool_calls": [{"id": "g", "name": name, "arguments": {"pattern": "*"}}]}
+
+
+def test_a_scripted_call_of_a_tool_the_job_does_not_offer_is_a_usage_error() -> None:
+    spec = scripted_spec([glob("Glb"), {"text": "done"}], tools=("Read", "Glob"))
+    with pytest.raises(ConfigError, match=r"\['Glb'\]"):
+        _validate(spec, SETTINGS)
+
+
+def test_a_typo_in_a_later_run_or_a_scripted_fallback_is_found_too() -> None:
+    script = {"turns": [{"text": "a"}], "next_runs": [[glob("Bsh")]]}
+    later = scripted_spec([{"text": "hi"}], tools=("Glob",)).model_copy(
+        update={"provider": {"kind": "scripted", "script": script}}
+    )
+    with pytest.raises(ConfigError, match="Bsh"):
+        _validate(later, SETTINGS)
+    fallback = scripted_spec([{"text": "hi"}], tools=("Glob",)).model_copy(
+        update={
+            "provider": {
+                "kind": "scripted",
+                "script": {"turns": [{"text": "a"}]},
+                "fallbacks": [{"kind": "scripted", "script": {"turns": [glob("LS")]}}],
+            }
+        }
+    )
+    with pytest.raises(ConfigError, match="LS"):
+        _validate(fallback, SETTINGS)
+
+
+def test_offered_tools_pass() -> None:
+    _validate(scripted_spec([glob(), {"text": "done"}], tools=("Glob",)), SETTINGS)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    structured = {"tool_calls": [{"id": "s", "name": "StructuredOutput", "arguments": {"n": 1}}]}
+    _validate(
+        scripted_spec([structured], tools=("Glob",), contract={"output_schema": schema}), SETTINGS
+    )
+    artifact = {"tool_calls": [{"id": "a", "name": "ReadPromptArtifact", "arguments": {}}]}
+    _validate(scripted_spec([artifact], tools=("Glob",), prompt="x" * 100_000), SETTINGS)
+    with pytest.raises(ConfigError, match="ReadPromptArtifact"):
+        _validate(scripted_spec([artifact], tools=("Glob",), prompt="short"), SETTINGS)
