@@ -1,7 +1,7 @@
 """Schedules and their fires (issue 14, DESIGN.md section 8).
 
 Revision ID: 0006_schedules
-Revises: 0003_fleet_state
+Revises: 0004_artifacts_crashes
 Create Date: 2026-12-02
 
 Schedules live in the ledger so they change without restarting beat; each
