@@ -136,7 +136,7 @@ def load_job(path: str | Path) -> JobSpec:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read job file {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"job file {path} must be a mapping")
@@ -145,7 +145,7 @@ def load_job(path: str | Path) -> JobSpec:
         script_path = (path.parent / provider["script"]).resolve()
         try:
             provider["script"] = yaml.safe_load(script_path.read_text("utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read provider script {script_path}: {exc}") from None
     data.setdefault("name", path.stem)
     try:
