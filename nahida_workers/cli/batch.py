@@ -54,6 +54,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
 
 def run_batch(options: BatchOptions, settings: Settings, console: Console, err: Console) -> int:
     """Run (or resume) a batch; returns the exit code (0 iff every session completed)."""
+    from nahida_workers.worker_secrets import scrub_process_environment
     from tasks.app import CeleryTaskQueue, configure
     from tasks.app import app as celery_app
     from tasks.embedded import embedded_worker
@@ -74,6 +75,8 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     err.print(f"batch {batch_id}: {len(options.repos)} repositories")
     try:
         if options.local:
+            # Tools run in this process: its secrets leave its environment first.
+            scrub_process_environment()
             with embedded_worker(celery_app, concurrency=options.workers):
                 _dispatch_and_wait(fleet, session_spec, options, batch_id, err)
         else:

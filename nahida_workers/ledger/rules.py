@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from nahida_workers import worker_secrets
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -50,15 +50,6 @@ M = TypeVar("M", bound=BaseModel)
 #: Bytes of a capped string kept from its start and from its end.
 CAP_HEAD_BYTES = 4096
 CAP_TAIL_BYTES = 2048
-
-_SECRET_PATTERNS = re.compile(
-    r"(sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic keys
-    r"|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}"  # Authorization headers
-    r"|AKIA[0-9A-Z]{16}"  # AWS access key ids
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
-    r"|xox[abpr]-[A-Za-z0-9-]{10,}"  # Slack tokens
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
-)
 
 
 @dataclass
@@ -246,8 +237,8 @@ def call_ids(events: Iterable[Event]) -> list[str]:
 
 
 def redact(text: str) -> str:
-    """Mask credential-shaped substrings (API keys, bearer tokens, private keys)."""
-    return _SECRET_PATTERNS.sub("[REDACTED]", text)
+    """Mask credentials in text the ledger stores (``nahida_workers.worker_secrets.redact``)."""
+    return worker_secrets.redact(text)
 
 
 def _capped(text: str, size: int) -> dict[str, Any]:

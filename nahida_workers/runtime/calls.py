@@ -28,6 +28,7 @@ from nahida_workers.core.loop import CallResult
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.tools.base import ToolContext, ToolRegistry
 from nahida_workers.tools.runner import run_tool
+from nahida_workers.worker_secrets import redact
 
 __all__ = [
     "CallJob",
@@ -204,7 +205,9 @@ def execute_call(
             input_fingerprint=input_fingerprint(repr(call.arguments)),
             evidence={"error_code": "evidence_unrecordable", "detail": type(exc).__name__},
         )
-    result = CallResult(call.call_id, call.name, outcome.status, outcome.content, kind.value)
+    # The model never sees a credential a tool printed (issue 11 item 7).
+    content = redact(outcome.content)
+    result = CallResult(call.call_id, call.name, outcome.status, content, kind.value)
     return Execution(result, receipt)
 
 

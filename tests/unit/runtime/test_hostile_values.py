@@ -76,3 +76,22 @@ def test_a_hostile_turn_runs_to_an_honest_end_on_every_ledger(
 
     assert events[0].payload["text"] == "go \ufffd now"
     assert any(e.payload.get("code") == "call_unstorable" for e in events)
+
+
+def test_a_job_file_with_nul_bytes_is_a_clear_error_or_a_storable_prompt(tmp_path: Path) -> None:
+    import pytest
+
+    from nahida_workers.errors import ConfigError
+    from nahida_workers.runtime.spec import load_job
+
+    raw_nul = tmp_path / "raw.yaml"
+    raw_nul.write_bytes(b"prompt: a\x00b\nprovider: {kind: scripted, script: {turns: []}}\n")
+    with pytest.raises(ConfigError, match=r"raw\.yaml"):
+        load_job(raw_nul)
+    not_utf8 = tmp_path / "latin1.yaml"
+    not_utf8.write_bytes(b"prompt: caf\xe9\nprovider: {kind: scripted, script: {turns: []}}\n")
+    with pytest.raises(ConfigError, match=r"latin1\.yaml"):
+        load_job(not_utf8)
+    escaped = tmp_path / "escaped.yaml"  # YAML's "\0" escape is a real NUL in the prompt
+    escaped.write_text('prompt: "a\\0b"\nprovider: {kind: scripted, script: {turns: []}}\n')
+    assert load_job(escaped).prompt == "a\x00b"  # stored as U+FFFD by every ledger (above)
