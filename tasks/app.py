@@ -17,10 +17,13 @@ from celery.signals import worker_init, worker_process_init, worker_ready
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
 from nahida_workers.worker_secrets import scrub_process_environment
+from tasks import broker
 from tasks.celeryconfig import RUN_SESSION, celery_config
 
 __all__ = ["CeleryTaskQueue", "app", "configure", "fleet", "settings"]
 
+# redis:// brokers use kombu's transport with a Redis-restart crash worked around.
+broker.install()
 app = Celery("nahida")
 _state: dict[str, Any] = {"settings": None, "fleet": None}
 _lock = threading.Lock()
