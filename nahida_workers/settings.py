@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     # How long a session owner retries a commit point through a ledger outage
     # (a PostgreSQL restart, terminated backends) before the run gives up.
     ledger_outage_s: float = Field(10.0, ge=0)
+    # How long an owner whose tool results could not be stored keeps trying to
+    # seal the run failed/tool_persistence_failed (issue 11 item 10); it holds
+    # the lease meanwhile, so no other owner re-decides the calls' fate.
+    ledger_seal_outage_s: float = Field(300.0, ge=0)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)

@@ -344,6 +344,10 @@ class SessionOwner(CommitPoints):
                         raise
                     except (LedgerError, LedgerIntegrityError) as exc:
                         log.error("run %s: tool results not persisted: %s", run.run_id, exc)
+                        # Only this owner knows the tools ran: it keeps its lease and
+                        # retries the seal through a long outage (issue 11 item 10),
+                        # so a later owner does not close the calls as interrupted
+                        # and carry on as if nothing had been lost.
                         self.seal(
                             state,
                             run,
@@ -355,6 +359,7 @@ class SessionOwner(CommitPoints):
                                 ),
                                 FailureCode.TOOL_PERSISTENCE_FAILED,
                             ),
+                            within_s=max(self.r.ledger_seal_outage_s, self.outage_s),
                         )
                         return
                 case RunHooks(candidate_seq=candidate, answer=answer):

@@ -211,6 +211,7 @@ def build_fleet(
         executor=executor or InlineExecutor(clock.now),
         lease_ttl_ms=settings.lease_ttl_ms,
         ledger_outage_s=settings.ledger_outage_s,
+        ledger_seal_outage_s=settings.ledger_seal_outage_s,
         sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
     )
     dispatcher = Dispatcher(ledger, queue, clock)
