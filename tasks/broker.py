@@ -39,7 +39,7 @@ from kombu.transport import redis as kombu_redis
 __all__ = ["Channel", "Transport", "install"]
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class Channel(kombu_redis.Channel):
     """kombu's Redis channel; a detached one fails with a connection error."""
 
     def _connparams(self, asynchronous: bool = False) -> Any:
@@ -51,7 +51,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         return super()._connparams(asynchronous=asynchronous)
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
@@ -67,7 +67,7 @@ def abandoned_threads() -> int:
         return _abandoned
 
 
-class CallThread:
+class CallThread(Generic[T]):
     """One callable on its own daemon thread, with an optional concurrency slot.
 
     Args:
@@ -230,7 +230,7 @@ def run_bounded(
 
 
 def _poll(
-    worker: CallThread,
+    worker: CallThread[Execution],
     call: ToolCall,
     job: CallJob,
     now: Callable[[], datetime],

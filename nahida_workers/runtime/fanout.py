@@ -88,7 +88,7 @@ class _Slot:
     submitted: float
     timeout_s: float
     cancel: threading.Event
-    thread: CallThread | None = None
+    thread: CallThread[Execution] | None = None
     task_id: str | None = None
     execution: Execution | None = None
 
