@@ -28,12 +28,19 @@ proves and which DESIGN.md rule it is):
    (section 8);
 4. no row written with a stale fencing epoch (section 4);
 5. every run's projected transcript is a valid OpenAI and Anthropic request
-   (section 3 step 1).
+   (section 3 step 1);
+6. every hostile session (one in ten meets a FIFO, a catastrophic regex, NUL
+   bytes and a 300-character call id: ``chaos_hostile``) ends within its
+   budget;
+7. no call of any other session timed out.
+
+A worker that exits by itself is a failure of the run (it is not replaced).
 
     python -m bench.chaos --sessions 200 --workers 3    # exits 1 on any violation
 
 Its parts: ``chaos_rig`` (timings, the plan, a private Redis, the tally),
-``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5) and
+``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5),
+``chaos_hostile`` (the hostile-input fault, checks 6-7) and
 ``chaos_diagnose`` (what a run that did not drain left behind).
 """
 
@@ -73,6 +80,15 @@ from bench.chaos_checks import (
 )
 from bench.chaos_diagnose import describe_stuck, unfinished
 from bench.chaos_faults import Chaos
+from bench.chaos_hostile import (
+    HOSTILE_BUDGET_S,
+    HOSTILE_TOOLS,
+    check_hostile_budget,
+    check_no_collateral_timeouts,
+    hostile_script,
+    is_hostile,
+    prepare_hostile_workspace,
+)
 from bench.chaos_rig import (
     KILL_KINDS,
     LEASE_TTL_S,
@@ -233,6 +249,17 @@ def steering_loop(
         tally.steering_duplicates += 1
 
 
+def hostile_spec(i: int, deliveries: Path) -> Any:
+    """The spec of hostile session ``i`` (``bench/chaos_hostile.py``)."""
+    return scripted_spec(
+        hostile_script(i, deliveries),
+        prompt=f"Survey the repository, odd files and all (session {i}).",
+        tools=HOSTILE_TOOLS,
+        placement={"Grep": "local" if i % 2 else "remote"},
+        limits={"bash_timeout_s": 30, "wall_clock_budget_s": HOSTILE_BUDGET_S},
+    )
+
+
 def dispatch_stream(
     plan: Plan, dispatcher: Dispatcher, workspaces: list[Path], deliveries: Path,
     submitted: list[str], stop: threading.Event,
@@ -247,11 +274,15 @@ def dispatch_stream(
         at = start + plan.window_s * 0.8 * i / plan.sessions
         if stop.wait(max(0.0, at - time.monotonic())):
             return
-        spec = scripted_spec(
-            script(i, deliveries),
-            prompt=f"Survey the repository and deliver the note (session {i}).",
-            tools=TOOLS,
-            limits={"bash_timeout_s": 30},
+        spec = (
+            hostile_spec(i, deliveries)
+            if is_hostile(i)
+            else scripted_spec(
+                script(i, deliveries),
+                prompt=f"Survey the repository and deliver the note (session {i}).",
+                tools=TOOLS,
+                limits={"bash_timeout_s": 30},
+            )
         )
         submit = functools.partial(
             dispatcher.submit, spec, workspace=str(workspace), idempotency_key=f"chaos-{i}"
@@ -379,6 +410,9 @@ def run(
         workspaces = list(
             pool.map(lambda i: make_repo(root / "ws" / f"s{i:04d}"), range(plan.sessions))
         )
+    for i, workspace in enumerate(workspaces):
+        if is_hostile(i):
+            prepare_hostile_workspace(workspace)
     for _ in range(plan.workers):
         chaos.start_session_worker()
     chaos.start_tool_worker()
@@ -460,11 +494,13 @@ def report(
     check_epochs(dump, found)
     check_transcripts(dump, found)
     count_calls_without_receipt(dump, found)
+    check_hostile_budget(dump, found)
+    check_no_collateral_timeouts(dump, found)
     extra: dict[str, Any] = {
         "pg backends terminated": tally.pg_backends_terminated,
         "sweeps (errors)": f"{tally.sweeps} ({dict(tally.sweep_errors) or 'none'})",
         "sweeper re-dispatches (broker resets)": f"{tally.redispatched} ({tally.broker_resets})",
-        "workers that exited by themselves (replaced)": len(tally.unexpected_exits),
+        "workers that exited by themselves (a failure)": len(tally.unexpected_exits),
         "harness errors": len(tally.harness_errors),
         **log_counts(workers),
     }
@@ -473,7 +509,7 @@ def report(
     for line in tally.timeline:
         console.print(f"  {line}", markup=False)
     for line in tally.unexpected_exits:
-        console.print(f"WARNING unexpected worker exit: {line}", markup=False)
+        console.print(f"FAILURE: a worker exited by itself: {line}", markup=False)
     for line in tally.harness_errors:
         console.print(f"HARNESS ERROR: {line}", markup=False)
     failed = {k: v for k, v in found.violations.items() if v}
@@ -484,7 +520,13 @@ def report(
     missing = [k for k in set(plan.events) if tally.kills[k] == 0]
     if missing:
         console.print(f"chaos events that never happened: {missing}", markup=False)
-    ok = drained and not failed and not missing and not tally.harness_errors
+    ok = (
+        drained
+        and not failed
+        and not missing
+        and not tally.harness_errors
+        and not tally.unexpected_exits  # a worker must survive every fault by itself
+    )
     result = {
         "drained": drained,
         "violations": {k: len(v) for k, v in found.violations.items()},

@@ -1,8 +1,9 @@
 """The faults of a chaos run: kill, stop, restart and cut off the fleet's processes.
 
-Each fault is noted on the :class:`~bench.chaos_rig.Tally` timeline; workers
-that exit on their own are replaced the way a supervisor would.  With
-``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
+Each fault is noted on the :class:`~bench.chaos_rig.Tally` timeline.  A worker
+that exits on its own is recorded as a failure of the run and NOT replaced
+(issue 11 item 8: a supervisor would hide a crash that the fleet must not have).
+With ``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
 that owns sessions (the OOM killer's way), not the pool parent, which
 requeues the child's message and starts a new child.
 """
@@ -231,11 +232,12 @@ class Chaos:
         self.tally.note("pg terminate backends", f"{count} backends")
 
     def watchdog(self) -> None:
-        """Replace a worker that exited without being killed (reported, not hidden)."""
+        """Record a worker that exited without being killed: a failure of the run."""
         with self._watch_lock:
-            self._watchdog()
+            self._record_self_exits()
 
-    def _watchdog(self) -> None:
+    def _record_self_exits(self) -> None:
+        """Note each worker that exited by itself; it is not replaced (that would hide it)."""
         with self._lock:
             workers = [*self.session_workers, *([self.tool_worker] if self.tool_worker else [])]
         for worker in workers:
@@ -246,12 +248,9 @@ class Chaos:
             lines = worker.text().splitlines()
             why = next((ln for ln in lines if "CRITICAL" in ln), lines[-1] if lines else "")
             self.tally.unexpected_exits.append(f"{worker.name} exited {code}: {why[:300]}")
-            say(f"WARNING: {worker.name} exited by itself with code {code}; replacing it")
-            if worker is self.tool_worker:
-                self.start_tool_worker()
-            else:
+            say(f"FAILURE: {worker.name} exited by itself with code {code}; not replaced")
+            if worker is not self.tool_worker:
                 self._retire(worker)
-                self.start_session_worker()
 
     def run_schedule(self) -> None:
         """Fire the events at evenly spaced times over 10-85% of the window, in seeded order."""

@@ -30,6 +30,7 @@ __all__ = [
     "InvalidToolArgumentsError",
     "LeaseHeldError",
     "LeaseLostError",
+    "LedgerDataError",
     "LedgerError",
     "LedgerIntegrityError",
     "LedgerUnavailableError",
@@ -212,6 +213,14 @@ class StaleEpochError(LedgerIntegrityError):
     """
 
     failure_code = FailureCode.LEASE_LOST
+
+
+class LedgerDataError(LedgerIntegrityError):
+    """The database refused a value (too long, a NUL, bad encoding); never retryable.
+
+    Not an outage: the same write fails the same way every time, so it must
+    not be retried as if the database were down (issue 11 item 3).
+    """
 
 
 class LedgerUnavailableError(LedgerError):

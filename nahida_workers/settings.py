@@ -11,11 +11,17 @@ Redis key prefixes and other fixed names live here as constants.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from nahida_workers import worker_secrets
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -41,12 +47,40 @@ EMBEDDED_URLS: dict[str, object] = {
 }
 
 
+class _HeldEnvSource(EnvSettingsSource):
+    """The environment, plus the ``NAHIDA_*`` values a worker moved out of it at start.
+
+    ``nahida_workers/worker_secrets.py`` takes secrets out of ``os.environ`` (issue 11
+    item 7); settings loaded after that still see them, parsed exactly like
+    environment variables.
+    """
+
+    def _load_env_vars(self) -> Any:
+        loaded = dict(super()._load_env_vars())
+        held = {k: v for k, v in worker_secrets.held().items() if k.startswith("NAHIDA_")}
+        for key, value in held.items():
+            loaded.setdefault(key if self.case_sensitive else key.lower(), value)
+        return loaded
+
+
 class Settings(BaseSettings):
     """Everything configurable, with units in the names (``_s`` seconds, ``_bytes``)."""
 
     model_config = SettingsConfigDict(
         env_prefix="NAHIDA_", frozen=True, extra="ignore", env_file_encoding="utf-8"
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The usual sources, the environment including the values held in memory."""
+        return (init_settings, _HeldEnvSource(settings_cls), dotenv_settings, file_secret_settings)
 
     # -- where things live ---------------------------------------------------
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/nahida"
@@ -72,6 +106,10 @@ class Settings(BaseSettings):
     # Owners in a row that crash without progress before a session is sealed
     # failed/poison_session (counted in the ledger, issue 10 item 2).
     poison_after_crashes: int = Field(3, ge=1)
+    # How long an owner whose tool results could not be stored keeps trying to
+    # seal the run failed/tool_persistence_failed (issue 11 item 10); it holds
+    # the lease meanwhile, so no other owner re-decides the calls' fate.
+    ledger_seal_outage_s: float = Field(300.0, ge=0)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)
@@ -157,8 +195,11 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment and the env file, then apply overrides.
 
+    The environment includes the ``NAHIDA_*`` values a worker moved out of
+    ``os.environ`` into memory at start (``nahida_workers/worker_secrets.py``).
+
     Raises:
         pydantic.ValidationError: a value is malformed (the message names it).
     """
-    env_file = os.environ.get("NAHIDA_ENV_FILE", ".env")
+    env_file = worker_secrets.lookup("NAHIDA_ENV_FILE") or ".env"
     return Settings(_env_file=env_file, **overrides)

@@ -15,16 +15,21 @@ from celery import Celery
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    worker_init,
     worker_process_init,
     worker_ready,
 )
 
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
+from nahida_workers.worker_secrets import scrub_process_environment
+from tasks import broker
 from tasks.celeryconfig import RUN_SESSION, celery_config
 
 __all__ = ["CeleryTaskQueue", "app", "configure", "fleet", "settings"]
 
+# redis:// brokers use kombu's transport with a Redis-restart crash worked around.
+broker.install()
 app = Celery("nahida")
 _state: dict[str, Any] = {"settings": None, "fleet": None}
 _lock = threading.Lock()
@@ -81,6 +86,15 @@ def fleet() -> Fleet:
                 migrate=current.database_url.startswith("sqlite"),
             )
         return _state["fleet"]  # type: ignore[no-any-return]
+
+
+@worker_init.connect
+def _keep_secrets_in_memory(**_: Any) -> None:
+    # Before any task runs (and before a prefork pool forks): settings are read
+    # while the environment still holds them, then the secrets leave it, so a
+    # Bash command cannot read them from /proc/$PPID/environ (issue 11 item 7).
+    settings()
+    scrub_process_environment()
 
 
 @worker_ready.connect

@@ -24,10 +24,10 @@ from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Ledger
+from nahida_workers.runtime.bounded import run_bounded
 from nahida_workers.runtime.calls import (
     CallJob,
     Execution,
-    execute_call,
     execution_from_json,
     execution_to_json,
     not_run,
@@ -201,7 +201,8 @@ def _fenced_execution(
             at=current.clock.now(),
         )
     else:
-        execution = execute_call(registry, call, job, current.clock.now)
+        # Bounded here too: a stuck tool must not hold a tool-worker thread (issue 11 item 1).
+        execution = run_bounded(registry, call, job, current.clock.now)
     return execution
 
 

@@ -149,6 +149,7 @@ def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str)
 
 def run_batch(options: BatchOptions, settings: Settings, console: Console, err: Console) -> int:
     """Run (or resume) a batch; returns the exit code (:class:`ExitCode`)."""
+    from nahida_workers.worker_secrets import scrub_process_environment
     from tasks.app import CeleryTaskQueue, configure
     from tasks.app import app as celery_app
     from tasks.embedded import embedded_worker
@@ -186,6 +187,8 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
         )
 
     if options.local:
+        # Tools run in this process: its secrets leave its environment first.
+        scrub_process_environment()
         with embedded_worker(celery_app, concurrency=options.workers):
             code = body()
             if code == ExitCode.TIMED_OUT:

@@ -14,7 +14,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
 
 __all__ = [
     "CompletionContract",
@@ -197,6 +199,17 @@ class Event(_Frozen):
     epoch: int = 0
     created_at: datetime | None = None
 
+    # Storable on every backend, so memory and the ledger agree (core/values.py).
+    @field_validator("payload")
+    @classmethod
+    def _storable_payload(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_json(value)  # type: ignore[no-any-return]
+
+    @field_validator("call_id")
+    @classmethod
+    def _bounded_call_id(cls, value: str | None) -> str | None:
+        return None if value is None else bounded_id(value)
+
 
 class ExecutionReceipt(_Frozen):
     """Proof that a tool call executed (``agent_execution_receipts``).
@@ -222,6 +235,22 @@ class ExecutionReceipt(_Frozen):
     idempotency_key: str | None = None
     epoch: int = 0
 
+    # Storable on every backend, so memory and the ledger agree (core/values.py).
+    @field_validator("evidence")
+    @classmethod
+    def _storable_evidence(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_json(value)  # type: ignore[no-any-return]
+
+    @field_validator("call_id", "tool_name")
+    @classmethod
+    def _bounded(cls, value: str) -> str:
+        return bounded_id(value)
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _bounded_key(cls, value: str | None) -> str | None:
+        return None if value is None else bounded_id(value, MAX_KEY_CHARS)
+
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys, no whitespace, UTF-8 kept: one text per value."""
@@ -229,5 +258,13 @@ def canonical_json(value: Any) -> str:
 
 
 def input_fingerprint(arguments: Any) -> str:
-    """sha256 hex digest of :func:`canonical_json` of a tool input."""
-    return hashlib.sha256(canonical_json(arguments).encode("utf-8")).hexdigest()
+    """sha256 hex digest of :func:`canonical_json` of a tool input.
+
+    Never raises for odd text: a lone surrogate is hashed as its UTF-8-like
+    bytes (``surrogatepass``), so the fingerprint exists for any input (issue
+    11 item 4); non-JSON values hash as their string form.
+    """
+    text = json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nahida_workers.core.admission import admit_call
 from nahida_workers.core.bounds import (
     BoundLimits,
     BoundPrompt,
@@ -413,15 +414,24 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
     call id this function had to rename.
     """
     index = state.turns
-    calls = _unique_ids(state, turn.tool_calls, index)
+    # Admitted first: storable ids and arguments, or an error the model sees (issue 11).
+    admitted = [admit_call(c) for c in turn.tool_calls]
+    calls = _unique_ids(state, [c for c, _ in admitted], index)
     anomalies = list(turn.anomalies)
     renamed = [
         (a.call_id, b.call_id)
-        for a, b in zip(turn.tool_calls, calls, strict=True)
+        for (a, _), b in zip(admitted, calls, strict=True)
         if a.call_id != b.call_id
     ]
     if renamed:
         anomalies.append(Anomaly(code="call_id_reused", detail={"renamed": renamed}))
+    changed = [
+        b.call_id
+        for given, (a, _), b in zip(turn.tool_calls, admitted, calls, strict=True)
+        if a is not given
+    ]
+    if changed:
+        anomalies.append(Anomaly(code="call_unstorable", detail={"call_ids": changed}))
     payload = {
         "text": turn.text,
         "turn": index,
@@ -442,7 +452,7 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
                 state,
                 len(events),
                 EventType.TOOL_CALL,
-                call_payload(call, turn=index, index=i),
+                {**call_payload(call, turn=index, index=i), **admitted[i][1]},
                 now,
                 call.call_id,
             )

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nahida_workers.core.events import (
     CompletionContract,
@@ -19,6 +19,14 @@ from nahida_workers.core.events import (
     ReasonCode,
     SessionStatus,
     TerminalState,
+)
+from nahida_workers.core.values import (
+    MAX_ID_CHARS,
+    MAX_KEY_CHARS,
+    MAX_NAME_CHARS,
+    bounded_id,
+    clean_json,
+    clean_text,
 )
 
 __all__ = [
@@ -44,6 +52,17 @@ class BatchRecord(_Record):
     job_name: str
     created_at: datetime
     spec: dict[str, Any] = Field(default_factory=dict)
+
+    # Job files are user input: storable on every backend (core/values.py).
+    @field_validator("job_name")
+    @classmethod
+    def _bounded_name(cls, value: str) -> str:
+        return bounded_id(value, MAX_ID_CHARS)
+
+    @field_validator("spec")
+    @classmethod
+    def _storable_spec(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_json(value)  # type: ignore[no-any-return]
 
 
 class SessionRecord(_Record):
@@ -76,6 +95,22 @@ class SessionRecord(_Record):
     open_epoch: int | None = None
     crash_streak: int = 0
 
+    # Job files are user input: storable on every backend (core/values.py).
+    @field_validator("workspace")
+    @classmethod
+    def _storable_workspace(cls, value: str) -> str:
+        return clean_text(value)
+
+    @field_validator("config")
+    @classmethod
+    def _storable_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return clean_json(value)  # type: ignore[no-any-return]
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _bounded_key(cls, value: str | None) -> str | None:
+        return None if value is None else bounded_id(value, MAX_KEY_CHARS)
+
 
 class RunRecord(_Record):
     """``agent_runs`` row: one run of the loop for a session."""
@@ -91,6 +126,17 @@ class RunRecord(_Record):
     terminal_state: TerminalState | None = None
     terminal_reason: ReasonCode | None = None
     failure_code: FailureCode | None = None
+
+    # Provider names and models come from job files: bounded to their columns.
+    @field_validator("provider")
+    @classmethod
+    def _bounded_provider(cls, value: str) -> str:
+        return bounded_id(value, MAX_NAME_CHARS)
+
+    @field_validator("model")
+    @classmethod
+    def _bounded_model(cls, value: str) -> str:
+        return bounded_id(value, MAX_ID_CHARS)
 
 
 class OutboxRecord(_Record):
@@ -145,6 +191,18 @@ class InboxMessage(_Record):
     claimed_at: datetime | None = None
     claimed_run_id: str | None = None
     acknowledged_at: datetime | None = None
+
+    # Steering is user input: storable on every backend (core/values.py).  A
+    # bounded id is stable, so the same over-long id twice is still one message.
+    @field_validator("message_id")
+    @classmethod
+    def _bounded_id(cls, value: str) -> str:
+        return bounded_id(value, MAX_ID_CHARS)
+
+    @field_validator("text")
+    @classmethod
+    def _storable_text(cls, value: str) -> str:
+        return clean_text(value)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,11 @@ calls committed without a result, and settles each one:
    not sent again);
 2. a call of an idempotent tool is left pending, so the loop runs it again
    with the same idempotency key (``{run_id}:{call_id}``): a downstream that
-   deduplicates by key acts at most once;
+   deduplicates by key acts at most once.  The re-run is recorded (the
+   ``rerun`` list of the recovery event); a call that was already re-run
+   :data:`MAX_RERUNS` times by earlier owners and lost its worker again is
+   closed like (3) -- a call that hangs or kills its worker would otherwise
+   be retried by every new owner forever (issue 11 item 2);
 3. any other call gets a synthetic ``interrupted, outcome unknown`` error
    result -- never a blind retry: its side effect may have happened.
 
@@ -27,7 +31,25 @@ from nahida_workers.core.payloads import INTERRUPTED_TEXT, result_payload
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import orphan_calls
 
-__all__ = ["rebuilt_content", "recovery_events"]
+__all__ = ["MAX_RERUNS", "RERUN_LOST_TEXT", "rebuilt_content", "recovery_events"]
+
+#: How many times recovery re-runs one idempotent call whose worker was lost.
+MAX_RERUNS = 1
+#: Content of the result of a call closed because its re-run was lost too.
+RERUN_LOST_TEXT = (
+    "interrupted: the call was run again after its worker was lost, and that run "
+    "was lost too (it may hang or crash its worker); it is not retried again"
+)
+
+
+def _reruns(state: RunState) -> dict[str, set[int]]:
+    """Call id -> the owner epochs whose recovery re-ran it (from the recovery events)."""
+    out: dict[str, set[int]] = {}
+    for event in state.events:
+        if event.type is EventType.CONTROL and event.payload.get("kind") == "recovery":
+            for call_id in event.payload.get("rerun", ()):
+                out.setdefault(str(call_id), set()).add(int(event.payload.get("epoch", 0)))
+    return out
 
 
 def rebuilt_content(receipt: ExecutionReceipt) -> str:
@@ -56,15 +78,22 @@ def recovery_events(
     rebuilt: list[tuple[ToolCall, ExecutionReceipt]] = []
     rerun: list[str] = []
     closed: list[ToolCall] = []
+    lost_reruns: set[str] = set()
+    earlier = _reruns(state)
     for call in orphan_calls(state.events):
         receipt = state.receipts.get(call.call_id)
+        epochs = earlier.get(call.call_id, set())
         if receipt is not None:
             rebuilt.append((call, receipt))
-        elif rerunnable(call):
+        elif rerunnable(call) and epoch in epochs:
+            continue  # this owner already recorded its re-run: recovery twice = once
+        elif rerunnable(call) and len(epochs) < MAX_RERUNS:
             rerun.append(call.call_id)
         else:
             closed.append(call)
-    if not rebuilt and not closed:
+            if rerunnable(call):
+                lost_reruns.add(call.call_id)
+    if not rebuilt and not closed and not rerun:
         return ()
     next_seq = state.next_sequence
     events = [
@@ -84,7 +113,15 @@ def recovery_events(
     ]
     settled: list[tuple[ToolCall, ToolStatus, str, str]] = [
         (c, r.status, rebuilt_content(r), r.evidence_kind.value) for c, r in rebuilt
-    ] + [(c, ToolStatus.INTERRUPTED, INTERRUPTED_TEXT, "none") for c in closed]
+    ] + [
+        (
+            c,
+            ToolStatus.INTERRUPTED,
+            RERUN_LOST_TEXT if c.call_id in lost_reruns else INTERRUPTED_TEXT,
+            "none",
+        )
+        for c in closed
+    ]
     order = {c.call_id: i for i, c in enumerate(orphan_calls(state.events))}
     for call, status, content, kind in sorted(settled, key=lambda s: order[s[0].call_id]):
         events.append(

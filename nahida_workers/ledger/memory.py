@@ -44,6 +44,9 @@ from nahida_workers.ledger.rules import (
     check_append,
     check_inbox,
     check_receipts,
+    storable,
+    storable_events,
+    storable_receipts,
 )
 from nahida_workers.ports import Fence
 
@@ -169,12 +172,14 @@ class MemoryLedger(MemoryOwnerOps):
     # -- writes ------------------------------------------------------------------
     def create_batch(self, tx: MemoryTx, batch: BatchRecord) -> None:
         """Insert a batch row."""
+        batch = storable(batch)
         if batch.batch_id in self._batches:
             raise LedgerIntegrityError(f"batch {batch.batch_id} exists")
         self._put(tx, self._batches, batch.batch_id, batch)  # type: ignore[arg-type]
 
     def create_session(self, tx: MemoryTx, session: SessionRecord) -> tuple[SessionRecord, bool]:
         """Insert a session, or return the one holding its idempotency key."""
+        session = storable(session)
         key = session.idempotency_key
         if key is not None and key in self._keys:
             return self._sessions[self._keys[key]], False
@@ -208,6 +213,7 @@ class MemoryLedger(MemoryOwnerOps):
 
     def create_run(self, tx: MemoryTx, run: RunRecord) -> None:
         """Insert a run row."""
+        run = storable(run)
         if run.session_id not in self._sessions:
             raise LedgerIntegrityError(f"run {run.run_id}: no session {run.session_id}")
         if run.run_id in self._runs:
@@ -225,6 +231,7 @@ class MemoryLedger(MemoryOwnerOps):
         """Append events under the transaction's fence (rules in ``rules.py``)."""
         if not events:
             return
+        events = storable_events(events)
         run_id = events[0].run_id
         fence = self._require_fence(tx, run_id)
         check_append(self._facts(run_id), events)
@@ -245,6 +252,7 @@ class MemoryLedger(MemoryOwnerOps):
         """Store receipts; each needs a committed tool_call and no prior receipt."""
         if not receipts:
             return
+        receipts = storable_receipts(receipts)
         run_id = receipts[0].run_id
         if any(r.run_id != run_id for r in receipts):
             raise LedgerIntegrityError("one put_receipts call must hold receipts of one run")
@@ -392,6 +400,7 @@ class MemoryLedger(MemoryOwnerOps):
         self, tx: MemoryTx, message: InboxMessage, limits: InboxLimits
     ) -> tuple[InboxMessage, bool]:
         """Add a pending message, or return the one already holding its id."""
+        message = storable(message)
         if message.session_id not in self._sessions:
             raise NotFoundError(f"no session {message.session_id}")
         existing = self._inbox.get(message.message_id)

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
+from nahida_workers import worker_secrets
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import InboxLimits
+from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
 from nahida_workers.errors import (
     CallNotCommittedError,
     DuplicateResultError,
@@ -37,20 +40,16 @@ __all__ = [
     "check_receipts",
     "record_events",
     "redact",
+    "storable",
+    "storable_events",
+    "storable_receipts",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 #: Bytes of a capped string kept from its start and from its end.
 CAP_HEAD_BYTES = 4096
 CAP_TAIL_BYTES = 2048
-
-_SECRET_PATTERNS = re.compile(
-    r"(sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic keys
-    r"|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}"  # Authorization headers
-    r"|AKIA[0-9A-Z]{16}"  # AWS access key ids
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
-    r"|xox[abpr]-[A-Za-z0-9-]{10,}"  # Slack tokens
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
-)
 
 
 @dataclass
@@ -194,14 +193,52 @@ def record_events(facts: RunFacts, events: Sequence[Event]) -> None:
             facts.has_terminal = True
 
 
+def storable(record: M) -> M:
+    """``record`` validated again: its validators normalise what a ``model_copy`` slipped past.
+
+    The ledger edge of issue 11 item 3: every adapter stores records through
+    this, so a NUL, a lone surrogate or an over-long id never reaches a
+    column, whichever path built the value.
+    """
+    return type(record).model_validate(record.model_dump())
+
+
+def storable_events(events: Sequence[Event]) -> list[Event]:
+    """Events as every backend stores them (unchanged objects when already clean)."""
+    out: list[Event] = []
+    for event in events:
+        clean = (event.call_id is None or bounded_id(event.call_id) == event.call_id) and (
+            clean_json(event.payload) is event.payload
+        )
+        out.append(event if clean else storable(event))
+    return out
+
+
+def storable_receipts(receipts: Sequence[ExecutionReceipt]) -> list[ExecutionReceipt]:
+    """Receipts as every backend stores them (unchanged objects when already clean)."""
+    out: list[ExecutionReceipt] = []
+    for r in receipts:
+        clean = (
+            bounded_id(r.call_id) == r.call_id
+            and bounded_id(r.tool_name) == r.tool_name
+            and (
+                r.idempotency_key is None
+                or bounded_id(r.idempotency_key, MAX_KEY_CHARS) == r.idempotency_key
+            )
+            and clean_json(r.evidence) is r.evidence
+        )
+        out.append(r if clean else storable(r))
+    return out
+
+
 def call_ids(events: Iterable[Event]) -> list[str]:
     """Call ids named by tool_call / tool_result events (for the facts query)."""
     return sorted({e.call_id for e in events if e.call_id})
 
 
 def redact(text: str) -> str:
-    """Mask credential-shaped substrings (API keys, bearer tokens, private keys)."""
-    return _SECRET_PATTERNS.sub("[REDACTED]", text)
+    """Mask credentials in text the ledger stores (``nahida_workers.worker_secrets.redact``)."""
+    return worker_secrets.redact(text)
 
 
 def _capped(text: str, size: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError, StatementError
 
 from nahida_workers.core.events import (
     Event,
@@ -55,14 +55,16 @@ from nahida_workers.ledger.rules import (
     check_append,
     check_receipts,
     record_events,
+    storable_events,
+    storable_receipts,
 )
 from nahida_workers.ledger.sql_base import (
     SqlTx,
     check_epoch,
+    database_error,
     integrity,
     make_engine,
     now,
-    unavailable,
 )
 from nahida_workers.ledger.sql_facts import exact_facts
 from nahida_workers.ledger.sql_inbox import InboxOps
@@ -82,8 +84,8 @@ def _raise_mapped(exc: BaseException) -> None:
     """Re-raise a database error as the ledger's typed error (else return)."""
     if isinstance(exc, IntegrityError):
         raise integrity(exc) from None
-    if isinstance(exc, DBAPIError):
-        raise unavailable(exc) from exc
+    if isinstance(exc, StatementError):
+        raise database_error(exc) from exc
 
 
 class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
@@ -353,6 +355,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         run_id = (events[0] if events else receipts[0]).run_id if events or receipts else ""
         if not run_id:
             return
+        events, receipts = storable_events(events), storable_receipts(receipts)
         if any(r.run_id != run_id for r in receipts) or any(e.run_id != run_id for e in events):
             raise LedgerIntegrityError("one append must hold events and receipts of one run")
         fence = self._require_fence(tx, run_id, locks_itself=self._pg)
@@ -412,6 +415,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             StaleEpochError: the fence is stale (nothing written).
             EventAfterTerminalError: the run already has a terminal state.
         """
+        (event,) = storable_events([event])
         run_id = event.run_id
         terminal = {
             "run_id": run_id,

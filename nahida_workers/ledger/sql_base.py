@@ -15,7 +15,14 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    NotSupportedError,
+    ProgrammingError,
+    StatementError,
+)
 from sqlalchemy.pool import NullPool
 
 from nahida_workers.core.events import (
@@ -30,6 +37,8 @@ from nahida_workers.errors import (
     DuplicateResultError,
     DuplicateSequenceError,
     EventAfterTerminalError,
+    LedgerDataError,
+    LedgerError,
     LedgerIntegrityError,
     LedgerUnavailableError,
     StaleEpochError,
@@ -44,6 +53,7 @@ __all__ = [
     "SqlTx",
     "batch_row",
     "check_epoch",
+    "database_error",
     "integrity",
     "make_engine",
     "now",
@@ -170,6 +180,24 @@ def unavailable(exc: DBAPIError) -> LedgerUnavailableError:
     return LedgerUnavailableError(f"ledger unavailable: {type(exc.orig).__name__}: {detail}")
 
 
+def database_error(exc: StatementError) -> LedgerError:
+    """The typed error for a database error: an outage, or a refused value.
+
+    A refused value -- ``DataError`` (a string too long for its column, a NUL,
+    an untranslatable character), ``ProgrammingError``, ``NotSupportedError``,
+    or a value the driver could not even encode -- fails the same way every
+    time: :class:`LedgerDataError`, never retried.  Anything else (a dropped
+    connection, a server shutting down, a failed commit) is
+    :class:`LedgerUnavailableError`, retried (issue 11 item 3).
+    """
+    refused = (DataError, ProgrammingError, NotSupportedError)
+    if isinstance(exc, DBAPIError) and not isinstance(exc, refused):
+        return unavailable(exc)
+    cause = exc.orig if exc.orig is not None else exc
+    detail = " ".join(str(cause).split())[:200]
+    return LedgerDataError(f"ledger refused a value: {type(cause).__name__}: {detail}")
+
+
 class ReadScope:
     """A read-only connection scope that maps outages to LedgerUnavailableError."""
 
@@ -181,7 +209,7 @@ class ReadScope:
         try:
             self._conn = self._reader.connect()
         except DBAPIError as exc:
-            raise unavailable(exc) from exc
+            raise database_error(exc) from exc
         return self._conn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -189,8 +217,8 @@ class ReadScope:
         try:
             self._conn.close()
         finally:
-            if isinstance(exc, DBAPIError):
-                raise unavailable(exc) from exc
+            if isinstance(exc, StatementError):
+                raise database_error(exc) from exc
 
 
 def session_row(row: Any) -> SessionRecord:

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger import schema as t
-from nahida_workers.ledger.rules import check_inbox
+from nahida_workers.ledger.rules import check_inbox, storable
 from nahida_workers.ledger.sql_base import ReadScope, SqlTx, utc
 from nahida_workers.ports import Fence
 
@@ -62,6 +62,7 @@ class InboxOps:
             NotFoundError: no such session.
             InboxFullError: the pending inbox is at a limit; nothing was written.
         """
+        message = storable(message)
         ib = t.session_inbox.c
         locked = tx.conn.execute(
             select(t.sessions.c.session_id)

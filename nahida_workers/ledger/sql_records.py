@@ -32,6 +32,7 @@ from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.pg_commit import open_session_pg
 from nahida_workers.ledger.rules import (
     RunFacts,
+    storable,
 )
 from nahida_workers.ledger.sql_base import (
     SqlTx,
@@ -60,6 +61,7 @@ class RecordWrites:
 
     def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
         """Insert a batch row."""
+        batch = storable(batch)
         tx.conn.execute(
             insert(t.batches).values(
                 batch_id=batch.batch_id,
@@ -75,6 +77,7 @@ class RecordWrites:
         ``INSERT ... ON CONFLICT (idempotency_key) DO NOTHING`` makes two
         concurrent submits with one key create exactly one session.
         """
+        session = storable(session)
         values = {
             "session_id": session.session_id,
             "parent_id": session.parent_id,
@@ -116,6 +119,7 @@ class RecordWrites:
 
     def create_run(self, tx: SqlTx, run: RunRecord) -> None:
         """Insert a run row."""
+        run = storable(run)
         tx.conn.execute(
             insert(t.agent_runs).values(
                 run_id=run.run_id,

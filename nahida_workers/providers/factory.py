@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 
+from nahida_workers import worker_secrets
 from nahida_workers.ports import Provider
 from nahida_workers.providers.anthropic import AnthropicProvider
 from nahida_workers.providers.config import ProviderConfig
@@ -31,7 +31,8 @@ def build_provider(
 
     Args:
         config: the provider config.
-        env: where ``api_key_env`` is looked up (default ``os.environ``, read now).
+        env: where ``api_key_env`` is looked up (default: the secrets the worker
+            holds in memory, then ``os.environ``; read now).
         client: an ``httpx.Client`` shared by the HTTP providers (tests).
         sleep: retry / script delay sleeper (seconds; tests pass a fake).
         on_fallback: passed to :class:`FallbackProvider` when there are fallbacks.
@@ -66,7 +67,11 @@ def _build_one(
             model=config.model or "scripted",
             sleep=sleep,
         )
-    api_key = (env if env is not None else os.environ).get(config.api_key_env) or None
+    # A worker keeps its keys in memory, not in its environment (nahida_workers/worker_secrets.py).
+    if env is not None:
+        api_key = env.get(config.api_key_env) or None
+    else:
+        api_key = worker_secrets.lookup(config.api_key_env) or None
     cls = OpenAICompatProvider if config.kind == "openai" else AnthropicProvider
     return cls(
         base_url=config.resolved_base_url,

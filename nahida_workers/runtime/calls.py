@@ -9,6 +9,7 @@ every execution ends with one :class:`ExecutionReceipt`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,12 +22,14 @@ from nahida_workers.core.events import (
     ExecutionReceipt,
     ToolStatus,
     VerificationStatus,
+    input_fingerprint,
 )
 from nahida_workers.core.loop import CallResult
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.receipts import idempotency_key, verification_for
 from nahida_workers.tools.base import ToolContext, ToolRegistry
 from nahida_workers.tools.runner import run_tool
+from nahida_workers.worker_secrets import redact
 
 __all__ = [
     "CallJob",
@@ -38,6 +41,8 @@ __all__ = [
     "idempotency_key",
     "not_run",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class ExecutorEpoch:
@@ -173,21 +178,34 @@ def execute_call(
     outcome = run_tool(tool, call.arguments, ctx)
     finished = now()
     kind = tool.spec.evidence_kind
-    receipt = ExecutionReceipt(
-        run_id=job.run_id,
-        call_id=call.call_id,
-        tool_name=call.name,
-        status=outcome.status,
-        started_at=started,
-        finished_at=finished,
-        input_fingerprint=call.fingerprint,
-        evidence=dict(outcome.evidence),
-        evidence_kind=kind,
-        verification_status=verification_for(call.name, outcome.status, kind, outcome.evidence),
-        idempotency_key=key,
-        epoch=job.epoch,
-    )
-    result = CallResult(call.call_id, call.name, outcome.status, outcome.content, kind.value)
+    fields: dict[str, Any] = {
+        "run_id": job.run_id,
+        "call_id": call.call_id,
+        "tool_name": call.name,
+        "status": outcome.status,
+        "started_at": started,
+        "finished_at": finished,
+        "evidence_kind": kind,
+        "verification_status": verification_for(
+            call.name, outcome.status, kind, outcome.evidence
+        ),
+        "idempotency_key": key,
+        "epoch": job.epoch,
+    }
+    try:
+        receipt = ExecutionReceipt(
+            **fields, input_fingerprint=call.fingerprint, evidence=dict(outcome.evidence)
+        )
+    except Exception as exc:  # the tool ran: its side effect still gets a receipt (issue 11)
+        log.exception("call %s: the receipt could not be built as given", call.call_id)
+        receipt = ExecutionReceipt(
+            **fields,
+            input_fingerprint=input_fingerprint(repr(call.arguments)),
+            evidence={"error_code": "evidence_unrecordable", "detail": type(exc).__name__},
+        )
+    # The model never sees a credential a tool printed (issue 11 item 7).
+    content = redact(outcome.content)
+    result = CallResult(call.call_id, call.name, outcome.status, content, kind.value)
     return Execution(result, receipt)
 
 

@@ -129,8 +129,16 @@ class CommitPoints:
             for e in self.ledger.events(run_id)
         )
 
-    def seal(self, state: RunState, run: RunRecord, finish: Finish) -> None:
-        """Terminal event + run row + inbox acknowledgement + session status, one transaction."""
+    def seal(
+        self, state: RunState, run: RunRecord, finish: Finish, *, within_s: float | None = None
+    ) -> None:
+        """Terminal event + run row + inbox acknowledgement + session status, one transaction.
+
+        ``within_s``: how long to ride out a ledger outage (default ``outage_s``).
+
+        Raises:
+            LedgerUnavailableError: the outage outlasted ``within_s``.
+        """
         now = self.clock.now()
         event = terminal_event(state, finish, now=now)
 
@@ -149,7 +157,7 @@ class CommitPoints:
         commit_through_outage(
             write,
             landed=lambda: self._landed(run.run_id, event),
-            within_s=self.outage_s,
+            within_s=self.outage_s if within_s is None else within_s,
             before_retry=self.heartbeat.check,
         )
         metrics.observe_commit(self.clock.monotonic() - started, [event])

@@ -1,7 +1,8 @@
 """Tool executors: run one batch, return executions in provider order.
 
-Issue 2 needs only :class:`InlineExecutor` (sequential, in the session
-worker).  Fan-out executors (a local thread pool, the remote ``tools`` queue)
+:class:`InlineExecutor` runs the calls one after the other in the session
+worker, each bounded by its tool's timeout (``runtime/bounded.py``, issue 11
+item 1).  Fan-out executors (a local thread pool, the remote ``tools`` queue)
 implement the same :class:`ToolExecutor` protocol.
 """
 
@@ -12,7 +13,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from nahida_workers.core.ordering import Batch
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call
+from nahida_workers.runtime.bounded import GRACE_S, run_bounded
+from nahida_workers.runtime.calls import CallJob, Execution
 from nahida_workers.tools.base import ToolRegistry
 
 __all__ = ["InlineExecutor", "ToolExecutor"]
@@ -36,13 +38,17 @@ class ToolExecutor(Protocol):
 
 
 class InlineExecutor:
-    """Runs every call in the calling thread, one after the other."""
+    """Runs every call one after the other, each on its own thread bounded by its timeout."""
 
-    def __init__(self, now: Callable[[], datetime]) -> None:
+    def __init__(self, now: Callable[[], datetime], *, grace_s: float = GRACE_S) -> None:
         self._now = now
+        self._grace_s = grace_s
 
     def run_batch(
         self, batch: Batch, job: CallJob, registry: ToolRegistry, *, started: Any = None
     ) -> list[Execution]:
         """Execute the calls sequentially in provider order (no pre-start here)."""
-        return [execute_call(registry, call, job, self._now) for call in batch.calls]
+        return [
+            run_bounded(registry, call, job, self._now, grace_s=self._grace_s)
+            for call in batch.calls
+        ]

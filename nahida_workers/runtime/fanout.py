@@ -6,9 +6,17 @@ bounded thread pool inside the session worker -- and is gathered in provider
 order, whatever order the calls finish in.  An exclusive call runs alone,
 inline.  Both placements share one set of rules:
 
-* a call that does not answer within its tool's timeout (seconds, measured
-  from submission) gets a ``timed_out`` result and receipt; a remote task is
-  revoked, a local one is asked to stop through its cancel event;
+* a call that does not answer within its tool's timeout gets a ``timed_out``
+  result and receipt; a remote task is revoked, a local one is asked to stop
+  through its cancel event and abandoned (its thread no longer holds a pool
+  slot).  Each call's deadline is its own (issue 11 item 5): a local call's
+  counts from the moment its thread started it, a remote call's from its
+  submission (the queue wait included: the session cannot see when a tool
+  worker picked it up); a result already there when a deadline is checked is
+  taken, so a call that finished in time is never reported ``timed_out``
+  because an earlier call of its batch was slow;
+* an exclusive call runs alone on its own thread, bounded the same way
+  (``runtime/bounded.py``);
 * the executor epoch: when the batch must be abandoned (cancel, lease lost,
   provider fallback during a streaming pre-start) the epoch is bumped and
   outstanding calls are revoked; any result produced for an older epoch
@@ -18,12 +26,11 @@ inline.  Both placements share one set of rules:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -32,15 +39,19 @@ from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
 from nahida_workers.core.payloads import ABORTED_TEXT
+from nahida_workers.runtime.bounded import (
+    ABORT_POLL_S,
+    GRACE_S,
+    CallThread,
+    run_bounded,
+    timed_out,
+)
 from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
 from nahida_workers.tools.base import Placement, ToolRegistry
 
 __all__ = ["FanOutExecutor", "Pending", "RemoteTools", "remote_task_id"]
 
 log = logging.getLogger(__name__)
-
-#: Seconds between checks of ``should_abort`` while waiting for a batch.
-ABORT_POLL_S = 0.25
 
 
 class RemoteTools(Protocol):
@@ -74,12 +85,19 @@ class _Slot:
     job: CallJob
     placement: Placement
     executor_epoch: int
-    deadline: float
+    submitted: float
     timeout_s: float
     cancel: threading.Event
-    future: Future[Execution] | None = None
+    thread: CallThread[Execution] | None = None
     task_id: str | None = None
     execution: Execution | None = None
+
+    def deadline(self) -> float | None:
+        """Monotonic second this call times out; None while a local call still queues."""
+        if self.thread is not None:
+            started = self.thread.started_at
+            return None if started is None else started + self.timeout_s
+        return self.submitted + self.timeout_s
 
 
 @dataclass
@@ -103,6 +121,7 @@ class FanOutExecutor:
         remote: the ``tools`` queue; None makes ``remote`` placement run locally
             (the embedded mode, where one process serves every queue).
         monotonic: seconds, for deadlines (tests may pass a fake).
+        grace_s: seconds an exclusive call asked to stop gets to answer.
     """
 
     def __init__(
@@ -112,15 +131,16 @@ class FanOutExecutor:
         local_threads: int = 8,
         remote: RemoteTools | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        grace_s: float = GRACE_S,
     ) -> None:
         self._now = now
-        self._pool = ThreadPoolExecutor(max_workers=local_threads, thread_name_prefix="tool")
+        self._grace_s = grace_s
+        self._slots = threading.BoundedSemaphore(local_threads)
         self._remote = remote
         self._monotonic = monotonic
 
     def close(self) -> None:
-        """Stop the local pool (running calls finish first)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to stop: local calls run on daemon threads that end with their call."""
 
     # -- the ToolExecutor protocol -------------------------------------------------
     def run_batch(
@@ -137,7 +157,12 @@ class FanOutExecutor:
         pre-start); they are gathered, not started again.
         """
         if not batch.parallel:
-            return [execute_call(registry, call, job, self._now) for call in batch.calls]
+            return [
+                run_bounded(
+                    registry, call, job, self._now, monotonic=self._monotonic, grace_s=self._grace_s
+                )
+                for call in batch.calls
+            ]
         running = {s.call.call_id: s for s in (started.slots if started else [])}
         missing = [c for c in batch.calls if c.call_id not in running]
         fresh = {s.call.call_id: s for s in self.start(missing, job, registry).slots}
@@ -156,9 +181,7 @@ class FanOutExecutor:
             if tool is None or placement is None:
                 raise ValueError(f"{call.name} cannot fan out")  # plan_batches never does this
             timeout_s = tool.spec.timeout_s
-            slot = _Slot(
-                call, job, placement, epoch, started + timeout_s, timeout_s, threading.Event()
-            )
+            slot = _Slot(call, job, placement, epoch, started, timeout_s, threading.Event())
             if placement is Placement.REMOTE and self._remote is not None:
                 task_id = remote_task_id(job, call.call_id, epoch)
                 try:
@@ -170,7 +193,12 @@ class FanOutExecutor:
                     )
             if slot.task_id is None:
                 call_job = replace(job, cancel=slot.cancel)
-                slot.future = self._pool.submit(execute_call, registry, call, call_job, self._now)
+                slot.thread = CallThread(
+                    functools.partial(execute_call, registry, call, call_job, self._now),
+                    name=f"tool-{call.name}-{call.call_id}"[:60],
+                    slots=self._slots,
+                    monotonic=self._monotonic,
+                )
             pending.slots.append(slot)
         return pending
 
@@ -182,9 +210,12 @@ class FanOutExecutor:
                 if job.should_abort() or job.cancel.is_set():
                     self.abort(pending.slots[index:])
                     break
-                remaining = slot.deadline - self._monotonic()
+                deadline = slot.deadline()
+                remaining = ABORT_POLL_S if deadline is None else deadline - self._monotonic()
                 if remaining <= 0:
-                    self._time_out(slot)
+                    self._poll(slot, 0.0)  # it may have answered while we waited on others
+                    if slot.execution is None:
+                        self._time_out(slot)
                     break
                 self._poll(slot, min(remaining, ABORT_POLL_S))
             assert slot.execution is not None
@@ -208,6 +239,8 @@ class FanOutExecutor:
         outstanding = [s for s in slots if s.execution is None]
         for slot in outstanding:
             slot.cancel.set()
+            if slot.thread is not None:
+                slot.thread.abandon()
         task_ids = [s.task_id for s in outstanding if s.task_id is not None]
         if task_ids and self._remote is not None:
             self._remote.revoke(task_ids)
@@ -227,14 +260,13 @@ class FanOutExecutor:
 
     # -- internals --------------------------------------------------------------------
     def _poll(self, slot: _Slot, wait_s: float) -> None:
-        if slot.future is not None:
+        if slot.thread is not None:
             try:
-                execution = slot.future.result(timeout=wait_s)
-            except FutureTimeout:
-                return
-            except Exception as exc:  # execute_call never raises; a pool failure might
+                execution = slot.thread.result(wait_s)
+            except Exception as exc:  # execute_call never raises; a bug in it might
                 execution = self._failed(slot, exc)
-            self._settle(slot, (slot.executor_epoch, execution))
+            if execution is not None:
+                self._settle(slot, (slot.executor_epoch, execution))
             return
         assert self._remote is not None and slot.task_id is not None
         try:
@@ -268,17 +300,11 @@ class FanOutExecutor:
 
     def _time_out(self, slot: _Slot) -> None:
         slot.cancel.set()
+        if slot.thread is not None:
+            slot.thread.abandon()
         if slot.task_id is not None and self._remote is not None:
             self._remote.revoke([slot.task_id])
-        slot.execution = not_run(
-            slot.call,
-            slot.job,
-            status=ToolStatus.TIMED_OUT,
-            content="tool timed out",
-            code="timed_out",
-            at=self._now(),
-            evidence={"timeout_s": slot.timeout_s},
-        )
+        slot.execution = timed_out(slot.call, slot.job, self._now(), slot.timeout_s)
 
     def _failed(self, slot: _Slot, exc: BaseException) -> Execution:
         return not_run(

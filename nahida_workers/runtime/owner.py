@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, assert_never
@@ -116,6 +116,7 @@ class SessionOwner(CommitPoints):
         self.session = session
         self._prestarted: PreStart | None = None
         self._cancel_checked_at = 0.0
+        self._run_started_at: datetime | None = None
         self.spec: SessionSpec  # set by _run_one, from the session's config snapshot
 
     # -- the delivery ------------------------------------------------------------
@@ -283,6 +284,7 @@ class SessionOwner(CommitPoints):
         self.seal(state, run, Finish(failed, reason, final_text_for(failed, reason), code))
 
     def drive(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
+        self._run_started_at = run.started_at
         self.observer = Observer(
             self.r.sink,
             self.spec.channel,
@@ -379,6 +381,10 @@ class SessionOwner(CommitPoints):
                         raise
                     except (LedgerError, LedgerIntegrityError) as exc:
                         log.error("run %s: tool results not persisted: %s", run.run_id, exc)
+                        # Only this owner knows the tools ran: it keeps its lease and
+                        # retries the seal through a long outage (issue 11 item 10),
+                        # so a later owner does not close the calls as interrupted
+                        # and carry on as if nothing had been lost.
                         self.seal(
                             state,
                             run,
@@ -390,6 +396,7 @@ class SessionOwner(CommitPoints):
                                 ),
                                 FailureCode.TOOL_PERSISTENCE_FAILED,
                             ),
+                            within_s=max(self.r.ledger_seal_outage_s, self.outage_s),
                         )
                         return
                 case RunHooks(candidate_seq=candidate, answer=answer):
@@ -477,13 +484,20 @@ class SessionOwner(CommitPoints):
         return session is not None and session.cancel_requested_at is not None
 
     def _should_abort(self) -> bool:
-        """Polled while a batch is outstanding: lease lost, or cancel requested.
+        """Polled while a call or batch is outstanding: lease lost, budget spent, or cancel.
 
         The cancel flag is a ledger read; it is taken at most every
         ``CANCEL_POLL_S`` seconds so a long batch costs a handful of queries.
+        The wall-clock budget is checked too, so a tool that is stuck cannot
+        keep a run past it (issue 11 item 1).
         """
         if self.heartbeat.lost:
             return True
+        started = self._run_started_at
+        if started is not None:
+            elapsed = (self.r.clock.now() - started).total_seconds()
+            if elapsed >= self.spec.limits.wall_clock_budget_s:
+                return True
         now = time.monotonic()
         if now - self._cancel_checked_at >= CANCEL_POLL_S:
             self._cancel_checked_at = now

@@ -71,6 +71,9 @@ class SessionRunner:
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
         ledger_outage_s: how long a commit point is retried through a ledger
             outage, in seconds (``runtime/outage.py``); 0 = one attempt.
+        ledger_seal_outage_s: how long the seal ``failed/tool_persistence_failed``
+            is retried after tool results could not be stored, in seconds
+            (DESIGN.md section 3 step 5; the owner keeps its lease meanwhile).
         prestart: start read-only concurrency-safe calls while the provider
             still streams (needs a fan-out executor; see ``runtime/prestart.py``).
         sink: where user-visible events go (``runtime/channel.py``).
@@ -88,6 +91,7 @@ class SessionRunner:
     executor: ToolExecutor
     lease_ttl_ms: int = 30_000
     ledger_outage_s: float = 10.0
+    ledger_seal_outage_s: float = 300.0
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
     poison_after_crashes: int = 3

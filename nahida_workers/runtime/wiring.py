@@ -204,6 +204,7 @@ def build_fleet(
         executor=executor or InlineExecutor(clock.now),
         lease_ttl_ms=settings.lease_ttl_ms,
         ledger_outage_s=settings.ledger_outage_s,
+        ledger_seal_outage_s=settings.ledger_seal_outage_s,
         sink=RedisStreamSink(redis_client(settings), prefix=settings.redis_key_prefix),
         poison_after_crashes=settings.poison_after_crashes,
     )

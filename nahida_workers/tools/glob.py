@@ -8,12 +8,17 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
+import re2
+
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.errors import PathOutsideWorkspaceError, ToolError
 from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome, ToolSpec
 from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside, walk_files
 
-__all__ = ["MAX_LISTED", "Glob", "compile_glob"]
+__all__ = ["MAX_LISTED", "Glob", "GlobPattern", "compile_glob"]
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
 
 #: Paths listed before the rest are summarised as a count.
 MAX_LISTED = 1000
@@ -27,13 +32,15 @@ _DESCRIPTION = (
 )
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Translate a ``/``-separated glob into an anchored regex over POSIX relative paths.
+def compile_glob(pattern: str) -> GlobPattern:
+    """Compile a ``/``-separated glob into a matcher over POSIX relative paths.
 
     ``*`` matches within one segment, ``?`` one character other than ``/``,
     ``[...]`` a class (``[!...]`` negates), and a segment that is exactly
     ``**`` matches zero or more whole directories (a trailing ``**`` matches
-    everything below).
+    everything below).  Each segment is an RE2 expression matched against one
+    path segment, so matching takes time linear in the path whatever the
+    pattern (``*a*a*a*a*b`` cannot backtrack: issue 11 item 2).
 
     Raises:
         ToolError: code ``invalid_pattern`` for an empty pattern or a bad
@@ -42,23 +49,66 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
     parts = [p for p in pattern.strip().split("/") if p not in ("", ".")]
     if not parts:
         raise ToolError("the glob pattern is empty", code="invalid_pattern")
-    out: list[str] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
+    compiled: list[Any] = []
+    for part in parts:
         if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-        else:
-            out.append(_segment(part) + ("" if last else "/"))
-    try:
-        return re.compile("".join(out) + r"\Z", re.DOTALL)
-    except re.error as exc:  # e.g. a reversed range such as [z-a]
-        raise ToolError(
-            f"invalid glob pattern {pattern!r}: {exc}", code="invalid_pattern"
-        ) from None
+            if compiled and compiled[-1] is None:
+                continue  # a/**/**/b is a/**/b
+            compiled.append(None)
+            continue
+        try:
+            compiled.append(re2.compile("(?s)" + _segment(part), _RE2_OPTIONS))
+        except re2.error as exc:  # e.g. a reversed range such as [z-a]
+            raise ToolError(
+                f"invalid glob pattern {pattern!r}: {_re2_message(exc)}", code="invalid_pattern"
+            ) from None
+    return GlobPattern(pattern, tuple(compiled))
+
+
+def _re2_message(exc: Exception) -> str:
+    arg = exc.args[0] if exc.args else exc
+    return arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+
+
+class GlobPattern:
+    """A compiled glob: one RE2 expression per segment, ``None`` for ``**``."""
+
+    def __init__(self, pattern: str, parts: tuple[Any, ...]) -> None:
+        self.pattern = pattern
+        self._parts = parts
+
+    def match(self, path: str) -> bool:
+        """Whether the POSIX relative ``path`` matches the whole pattern.
+
+        Dynamic programming over (pattern part, path segment): at most one
+        full match per pair, no backtracking.
+        """
+        segs = path.split("/")
+        n = len(segs)
+        # ok[j]: the parts after the current one match segs[j:].
+        ok = [False] * (n + 1)
+        ok[n] = True
+        last = len(self._parts) - 1
+        for i in range(last, -1, -1):
+            part = self._parts[i]
+            now = [False] * (n + 1)
+            if part is None and i == last:
+                for j in range(n):  # a trailing ** takes one or more segments
+                    now[j] = True
+            elif part is None:
+                reach = False
+                for j in range(n, -1, -1):  # zero or more whole segments
+                    reach = reach or ok[j]
+                    now[j] = reach
+            else:
+                for j in range(n):
+                    now[j] = ok[j + 1] and part.fullmatch(segs[j]) is not None
+            ok = now
+        return ok[0]
 
 
 def _segment(part: str) -> str:
-    """One path segment of a glob as regex (fnmatch rules, but never across ``/``)."""
+    """One path segment of a glob as RE2 text (fnmatch rules; a segment holds no ``/``)."""
     res: list[str] = []
     i, n = 0, len(part)
     while i < n:
@@ -88,7 +138,7 @@ def _segment(part: str) -> str:
             body = re.sub(r"([\\\[&~|^])", r"\\\1", body)
             if negate:
                 body = "^" + body
-            res.append(f"(?!/)[{body}]")
+            res.append(f"[{body}]")
         else:
             res.append(re.escape(c))
     return "".join(res)

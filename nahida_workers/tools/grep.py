@@ -1,15 +1,28 @@
-"""Grep: search file contents with a Python regular expression."""
+"""Grep: search file contents with an RE2 regular expression (linear time).
+
+Issue 11 item 2: Python's ``re`` backtracks -- ``^(a+)+$`` against a long line
+of ``a`` followed by ``!`` runs for minutes holding the GIL, freezing every
+thread of the worker (its lease heartbeat included).  RE2 matches in time
+linear in the text whatever the pattern, so no pattern can freeze a process;
+patterns RE2 does not support (backreferences, look-around) are refused with
+an error the model can act on.  Files are opened through
+:mod:`~nahida_workers.tools.safe_open` (no FIFO is ever opened, no symlink race).
+"""
 
 from __future__ import annotations
 
-import re
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import re2
+
 from nahida_workers.core.events import EvidenceKind, ToolStatus
+from nahida_workers.errors import PathOutsideWorkspaceError, ToolError
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
 from nahida_workers.tools.glob import compile_glob
+from nahida_workers.tools.safe_open import WorkspaceFs, workspace_fs
 from nahida_workers.tools.workspace import (
     looks_binary,
     relative_to_workspace,
@@ -29,8 +42,9 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 300
 
 _DESCRIPTION = (
-    "Search file contents with a Python regular expression (re module syntax), "
-    "one line at a time. Prints `path:line_number:line` for each matching line, "
+    "Search file contents with a regular expression in RE2 syntax (like Python's re "
+    "module, without backreferences or look-around), one line at a time. Prints "
+    "`path:line_number:line` for each matching line, "
     "paths relative to the workspace. `path` is a file or a directory to search "
     "(default: the workspace root); `glob` filters file names (e.g. `*.py`, or "
     "`src/**/*.ts` when it contains a `/`). Skips .git, binary files and files over "
@@ -49,8 +63,9 @@ class Grep(Tool):
 
     Evidence: ``matches`` (lines printed), ``files`` (files with a match),
     ``files_scanned``, ``truncated`` (stopped at ``max_matches``).  Error
-    codes: ``invalid_pattern``, ``not_found``, ``not_a_file``,
-    ``path_outside_workspace``.
+    codes: ``invalid_pattern`` (not RE2 syntax), ``not_found``, ``not_a_file``
+    (a FIFO, socket or device asked for by path; never opened; walked ones are
+    skipped), ``path_outside_workspace``.
     """
 
     spec = ToolSpec(
@@ -77,12 +92,18 @@ class Grep(Tool):
 
     def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
         """Search; see the class docstring for arguments and evidence."""
-        flags = re.IGNORECASE if arguments.get("case_insensitive", False) else 0
+        options = re2.Options()
+        options.log_errors = False
+        options.case_sensitive = not arguments.get("case_insensitive", False)
+        pattern = str(arguments["pattern"])
         try:
-            regex = re.compile(str(arguments["pattern"]), flags)
-        except re.error as exc:
+            regex = re2.compile(pattern, options)
+        except (re2.error, UnicodeError) as exc:
+            arg = exc.args[0] if exc.args else exc
+            why = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
             return ToolOutcome.error(
-                f"invalid regular expression {arguments['pattern']!r}: {exc}",
+                f"invalid regular expression {pattern!r}: {why} (RE2 syntax: no "
+                "backreferences or look-around)",
                 code="invalid_pattern",
             )
         max_matches = int(arguments.get("max_matches", DEFAULT_MAX_MATCHES))
@@ -104,25 +125,33 @@ class Grep(Tool):
         out: list[str] = []
         files_matched = files_scanned = 0
         truncated = False
-        for path in files:
-            lines = _text_lines(path)
-            if lines is None:
-                continue
-            files_scanned += 1
-            rel = relative_to_workspace(ctx.workspace, path)
-            hit = False
-            for lineno, line in enumerate(lines, start=1):
-                if regex.search(line) is None:
-                    continue
-                if len(out) >= max_matches:
-                    truncated = True
+        with workspace_fs(ctx.workspace) as fs:
+            for path in files:
+                if ctx.cancel.is_set():
                     break
-                hit = True
-                shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
-                out.append(f"{rel}:{lineno}:{shown}")
-            files_matched += hit
-            if truncated:
-                break
+                try:
+                    lines = _text_lines(fs, ctx.workspace, path)
+                except ToolError:
+                    if path == top:  # the one file asked for: say why
+                        raise
+                    continue
+                if lines is None:
+                    continue
+                files_scanned += 1
+                rel = relative_to_workspace(ctx.workspace, path)
+                hit = False
+                for lineno, line in enumerate(lines, start=1):
+                    if regex.search(line) is None:
+                        continue
+                    if len(out) >= max_matches:
+                        truncated = True
+                        break
+                    hit = True
+                    shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
+                    out.append(f"{rel}:{lineno}:{shown}")
+                files_matched += hit
+                if truncated:
+                    break
         if ctx.cancel.is_set():
             return ToolOutcome(ToolStatus.CANCELLED, "cancelled", {"error_code": "cancelled"})
         evidence = {
@@ -147,18 +176,29 @@ def _filtered(files: Iterable[Path], top: Path, name_glob: str) -> Iterable[Path
             yield path
 
 
-def _text_lines(path: Path) -> list[str] | None:
+def _text_lines(fs: WorkspaceFs, workspace: Path, path: Path) -> list[str] | None:
     """The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
 
-    Skipped: unreadable files, files over :data:`MAX_FILE_BYTES`, binary files.
+    ``path`` may be a symlink inside the workspace: its resolved target is
+    opened, through descriptors.  Skipped: unreadable files, files over
+    :data:`MAX_FILE_BYTES`, binary files.
+
+    Raises:
+        ToolError: the path is a FIFO, socket or device (``not_a_file``), or
+            it changed while being opened (a symlink race).
     """
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        rel = relative_to_workspace(workspace, path.resolve(strict=False))
+    except (ValueError, RuntimeError):  # now points outside, or a loop
+        raise PathOutsideWorkspaceError(f"{path.name} points outside the workspace") from None
+    try:
+        fd = fs.open_regular(rel)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fd).st_size > MAX_FILE_BYTES:
+            return None
+        data = fh.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES or looks_binary(data):
         return None
     lines = data.decode("utf-8", errors="replace").split("\n")

@@ -8,6 +8,7 @@ from typing import Any
 
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.safe_open import workspace_fs
 from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside
 
 __all__ = ["LS", "MAX_LISTED"]
@@ -59,16 +60,28 @@ class LS(Tool):
                 f"{user_path} is not a directory; use Read for files", code="not_a_directory"
             )
         names: list[str] = []
-        with os.scandir(path) as it:
-            for entry in it:
-                if entry.is_symlink():
-                    names.append(entry.name + "@")
-                elif entry.is_dir(follow_symlinks=False):
-                    names.append(entry.name + "/")
-                else:
-                    names.append(entry.name)
+        rel = relative_to_workspace(ctx.workspace, path)
+        # Listed through a descriptor opened component by component with
+        # O_NOFOLLOW: a directory swapped for a symlink meanwhile is refused,
+        # never listed (issue 11 item 9).
+        with workspace_fs(ctx.workspace) as fs:
+            try:
+                dir_fd = fs.open_directory(rel)
+            except (FileNotFoundError, NotADirectoryError):
+                return ToolOutcome.error(f"directory not found: {user_path}", code="not_found")
+            try:
+                entries = list(os.scandir(dir_fd))
+            finally:
+                os.close(dir_fd)
+        for entry in entries:
+            if entry.is_symlink():
+                names.append(entry.name + "@")
+            elif entry.is_dir(follow_symlinks=False):
+                names.append(entry.name + "/")
+            else:
+                names.append(entry.name)
         names.sort()
-        evidence = {"path": relative_to_workspace(ctx.workspace, path), "entries": len(names)}
+        evidence = {"path": rel, "entries": len(names)}
         if not names:
             return ToolOutcome(ToolStatus.OK, "(empty directory)", evidence)
         shown = names[:MAX_LISTED]

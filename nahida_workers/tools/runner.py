@@ -8,6 +8,7 @@ SystemExit) pass through.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -58,6 +59,11 @@ def run_tool(tool: Tool, arguments: Mapping[str, Any], ctx: ToolContext) -> Tool
         outcome = tool.execute(arguments, ctx)
     except ToolError as exc:
         outcome = ToolOutcome.error(str(exc), code=exc.code)
+    except OSError as exc:  # a full disk, a name too long, no permission: not a bug
+        why = exc.strerror or type(exc).__name__
+        outcome = ToolOutcome.error(
+            f"{name} failed: {why}", code="os_error", errno=errno.errorcode.get(exc.errno or 0)
+        )
     except Exception as exc:
         logger.exception("tool %s failed unexpectedly (call %s)", name, ctx.call_id)
         message = str(exc)[:_MAX_EXC_MESSAGE]

@@ -5,9 +5,12 @@ Every path a tool touches must resolve inside the session's workspace
 it resolves ``..`` segments and symlinks (anywhere along the path, the final
 component included) and refuses anything that lands outside.
 
-The check is made once, before the tool acts on the path; a process that
-swaps a directory for a symlink between the check and the use (a TOCTOU race)
-is out of scope -- Bash can write anywhere its user can anyway.
+The check is made once, before the tool acts on the path; the tools then
+open the path through :mod:`~nahida_workers.tools.safe_open` (component by
+component with ``O_NOFOLLOW`` from a workspace root descriptor), so a process
+that swaps a directory for a symlink between the check and the use is
+refused, not followed (issue 11 item 9).  Bash is not confined by any of
+this: it can read and write anywhere its user can.
 """
 
 from __future__ import annotations

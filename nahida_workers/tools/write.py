@@ -5,15 +5,20 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.safe_open import hash_fd, workspace_fs
 from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside, sha256_file
 
-__all__ = ["Write", "atomic_write", "hash_if_exists"]
+__all__ = ["MAX_WRITE_BYTES", "Write", "atomic_write", "hash_if_exists"]
+
+#: Largest content Write writes (bytes of UTF-8): output is bounded by bytes, not trust.
+MAX_WRITE_BYTES = 16 * 1024 * 1024
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -65,9 +70,11 @@ class Write(Tool):
     atomically (temp file in the same directory, then ``os.replace``); a
     symlink inside the workspace is written through, to its target.
 
-    Evidence: ``path`` (relative), ``sha256_before`` (None for a new file),
-    ``sha256_after``, ``bytes_written``.  Error codes: ``is_directory``,
-    ``not_a_directory`` (a parent is a file), ``path_outside_workspace``.
+    Evidence: ``path`` (relative), ``sha256_before`` (None for a new file or
+    one over ``MAX_HASH_BYTES``), ``sha256_after``, ``bytes_written``.  Error
+    codes: ``is_directory``, ``not_a_directory`` (a parent is a file),
+    ``not_a_file`` (a FIFO, socket or device is there; never opened),
+    ``content_too_large``, ``path_outside_workspace``.
     """
 
     spec = ToolSpec(
@@ -93,28 +100,52 @@ class Write(Tool):
     )
 
     def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
-        """Write the file; see the class docstring for arguments and evidence."""
+        """Write the file; see the class docstring for arguments and evidence.
+
+        Every path component is opened relative to a directory descriptor
+        (:mod:`~nahida_workers.tools.safe_open`): a FIFO, socket or device at
+        the path is refused without being opened, and a parent swapped for a
+        symlink cannot move the write outside the workspace.
+        """
         user_path = str(arguments["path"])
+        data = str(arguments["content"]).encode("utf-8")
+        if len(data) > MAX_WRITE_BYTES:
+            return ToolOutcome.error(
+                f"content is {len(data)} bytes; Write handles at most {MAX_WRITE_BYTES} bytes",
+                code="content_too_large",
+            )
         path = resolve_inside(ctx.workspace, user_path)
         rel = relative_to_workspace(ctx.workspace, path)
-        if path.is_dir():
-            return ToolOutcome.error(f"{user_path} is a directory", code="is_directory", path=rel)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            return ToolOutcome.error(
-                f"cannot create {user_path}: a parent path is a file, not a directory",
-                code="not_a_directory",
-                path=rel,
-            )
-        before = hash_if_exists(path)
-        data = str(arguments["content"]).encode("utf-8")
-        atomic_write(path, data)
+        with workspace_fs(ctx.workspace) as fs:
+            st = fs.lstat(rel)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                return ToolOutcome.error(
+                    f"{user_path} is a directory", code="is_directory", path=rel
+                )
+            before: str | None = None
+            if st is not None:
+                fd = fs.open_regular(rel)  # refuses a FIFO/socket/device unopened
+                try:
+                    before, _ = hash_fd(fd)
+                finally:
+                    os.close(fd)
+            try:
+                fs.write_atomic(rel, data)
+            except (FileExistsError, NotADirectoryError):
+                return ToolOutcome.error(
+                    f"cannot create {user_path}: a parent path is a file, not a directory",
+                    code="not_a_directory",
+                    path=rel,
+                )
+            except IsADirectoryError:
+                return ToolOutcome.error(
+                    f"{user_path} is a directory", code="is_directory", path=rel
+                )
         evidence = {
             "path": rel,
             "sha256_before": before,
             "sha256_after": hashlib.sha256(data).hexdigest(),
             "bytes_written": len(data),
         }
-        verb = "created" if before is None else "overwrote"
+        verb = "created" if st is None else "overwrote"
         return ToolOutcome(ToolStatus.OK, f"{verb} {rel} ({len(data)} bytes)", evidence)

@@ -3,7 +3,8 @@
 The fast tests prove the harness asserts the right thing: a clean history
 passes every check, and each kind of violation -- a duplicated delivery, a
 delivery that was never committed, a second terminal event, a stale-epoch
-row, a lost or doubled steering message -- is caught by its check.
+row, a lost or doubled steering message, a hostile session past its budget,
+another session's call timed out -- is caught by its check.
 
 The slow test runs ``python -m bench.chaos --sessions 20 --workers 3`` as
 documented: real worker processes, a private ``redis-server`` (restarted
@@ -137,6 +138,49 @@ def test_each_violation_is_caught_by_its_check(tmp_path: Path) -> None:
     assert any("epoch 0 after" in v for v in bad["4 zero stale-epoch rows"])
 
 
+def test_the_hostile_input_checks_catch_a_late_run_and_a_collateral_timeout(
+    tmp_path: Path,
+) -> None:
+    from datetime import timedelta
+
+    from bench.chaos_hostile import (
+        HOSTILE_BUDGET_S,
+        check_hostile_budget,
+        check_no_collateral_timeouts,
+        is_hostile,
+    )
+
+    dump, _log, _sent = _clean_history(tmp_path)
+    hostile_i = next(i for i in range(100) if is_hostile(i))
+    (session,) = dump.sessions
+    found = Findings()
+    check_hostile_budget(dump, found)
+    check_no_collateral_timeouts(dump, found)
+    assert {k: v for k, v in found.violations.items() if v} == {}
+    # the one session made hostile, its first run sealed far past its budget ...
+    dump.sessions = [session.model_copy(update={"idempotency_key": f"chaos-{hostile_i}"})]
+    runs = dump.runs[session.session_id]
+    late = runs[0].ended_at + timedelta(seconds=HOSTILE_BUDGET_S * 2)  # type: ignore[operator]
+    dump.runs[session.session_id] = [runs[0].model_copy(update={"ended_at": late}), *runs[1:]]
+    found = Findings()
+    check_hostile_budget(dump, found)
+    assert any(
+        "ended after" in v for v in found.violations["6 hostile sessions end within their budget"]
+    )
+    # ... and, back to an ordinary session, a call of it that timed out
+    dump.sessions = [session]
+    run_id = runs[0].run_id
+    dump.events[run_id] = [
+        e.model_copy(update={"payload": {**e.payload, "status": "timed_out"}})
+        if e.type is EventType.TOOL_RESULT
+        else e
+        for e in dump.events[run_id]
+    ]
+    found = Findings()
+    check_no_collateral_timeouts(dump, found)
+    assert found.violations["7 no other session's call timed out"]
+
+
 def test_a_doubled_or_unacknowledged_steering_message_is_caught(tmp_path: Path) -> None:
     dump, log, sent = _clean_history(tmp_path)
     second_run = list(dump.events)[1]
@@ -191,7 +235,11 @@ def test_chaos_run_ci_size_loses_nothing_and_repeats_nothing() -> None:
         "3 steering acknowledged once": 0,
         "4 zero stale-epoch rows": 0,
         "5 transcripts pass the pairing validators": 0,
+        "6 hostile sessions end within their budget": 0,
+        "7 no other session's call timed out": 0,
     }
+    assert result["unexpected_exits"] == 0, out  # no worker exited by itself
+    assert result["counts"]["hostile sessions"] == 2
     assert all(n >= 1 for n in result["kills"].values()), result["kills"]
     assert result["kills"]["sigkill session worker"] >= 2
     sent, duplicates = result["steering"]

@@ -747,3 +747,114 @@ def test_migrations_match_the_schema_and_upgrade_twice_is_a_no_op(
     finally:
         if backend == "sqlite":
             engine.dispose()
+
+
+# -- hostile values: what one backend accepts, every backend accepts (issue 11 item 3) ----
+
+NUL = "a\x00b"
+SURROGATE = "x\ud800y"
+LONG_ID = "call_" + "z" * 295  # a 300-character call id from the model
+LONG_NAME = "Tool" * 75  # a 300-character tool name from the model
+HOSTILE = {
+    "text": f"model text {NUL} and {SURROGATE}",
+    f"key{NUL}": [NUL, SURROGATE, {"nested": NUL}],
+    "nan": float("nan"),
+}
+
+
+def _hostile_world(ledger: Ledger) -> tuple[Any, Any]:
+    w = make_world(ledger)
+    call = tool_call(w.run_id, 2, LONG_ID, name=LONG_NAME)
+    call = call.model_copy(update={"payload": {**call.payload, "arguments": HOSTILE}})
+    result = tool_result(w.run_id, 3, LONG_ID, content=f"printf output {NUL}{SURROGATE}")
+    w.append(call, result)
+    w.put(receipt(w.run_id, LONG_ID, evidence={"stdout_head": NUL, "odd": SURROGATE}))
+    return w, call
+
+
+def test_nul_bytes_surrogates_and_nan_are_stored_the_same_on_every_backend(
+    ledger: Ledger,
+) -> None:
+    w, _ = _hostile_world(ledger)
+    call, result = [e for e in ledger.events(w.run_id) if e.sequence > 1]
+    assert call.payload["arguments"] == {
+        "text": "model text a\ufffdb and x\ufffdy",
+        "keya\ufffdb": ["a\ufffdb", "x\ufffdy", {"nested": "a\ufffdb"}],
+        "nan": "nan",
+    }
+    assert result.payload["content"] == "printf output a\ufffdbx\ufffdy"
+    (stored,) = ledger.receipts(w.run_id)
+    assert stored.evidence == {"stdout_head": "a\ufffdb", "odd": "x\ufffdy"}
+
+
+def test_an_over_long_call_id_and_tool_name_are_bounded_consistently(ledger: Ledger) -> None:
+    w, sent = _hostile_world(ledger)
+    call, result = [e for e in ledger.events(w.run_id) if e.sequence > 1]
+    assert call.call_id == result.call_id == sent.call_id  # the same bounded id everywhere
+    assert (
+        call.call_id is not None and len(call.call_id) <= 200 and call.call_id.startswith("call_z")
+    )
+    (stored,) = ledger.receipts(w.run_id)
+    assert stored.call_id == call.call_id and len(stored.tool_name) <= 200
+    # the rules still hold on the bounded id: a second result is refused
+    refuse(
+        w,
+        DuplicateResultError,
+        lambda tx: ledger.append_events(tx, [tool_result(w.run_id, 4, LONG_ID)]),
+    )
+
+
+def test_user_input_with_nul_and_over_long_ids_is_stored_everywhere(ledger: Ledger) -> None:
+    long_key = "k" * 400
+    with ledger.transaction() as tx:
+        ledger.create_batch(
+            tx, BatchRecord(batch_id="b-1", job_name="job" * 100, created_at=at(0), spec={"p": NUL})
+        )
+        _stored, created = ledger.create_session(
+            tx,
+            session_record("s-nul", key=long_key).model_copy(
+                update={"config": {"prompt": f"survey {NUL}"}, "workspace": f"/ws/{NUL}"}
+            ),
+        )
+    assert created
+    again = session_record("s-other", key=long_key)  # the same over-long key: the same session
+    with ledger.transaction() as tx:
+        found, created_again = ledger.create_session(tx, again)
+    assert not created_again and found.session_id == "s-nul"
+    session = ledger.get_session("s-nul")
+    assert session is not None and session.config == {"prompt": "survey a\ufffdb"}
+    (batch,) = ledger.batches()
+    assert len(batch.job_name) <= 200 and batch.spec == {"p": "a\ufffdb"}
+    w = make_world(ledger)
+    with ledger.transaction(fence=w.fence) as tx:
+        ledger.create_run(
+            tx, run_record(w.session_id, "r-long").model_copy(update={"model": "m" * 300})
+        )
+    run = ledger.get_run("r-long")
+    assert run is not None and len(run.model) <= 200
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"call_id": "c" * 300, "payload": {"name": "Read"}},
+        {"call_id": "c1", "payload": {"text": "a\x00b"}},
+    ],
+    ids=["varchar-overflow", "nul-in-jsonb"],
+)
+def test_a_value_postgresql_refuses_is_a_data_error_never_an_outage(
+    postgres_ledger: SqlLedger, monkeypatch: pytest.MonkeyPatch, bad: dict[str, Any]
+) -> None:
+    """Were a value to slip past the normalisation, PostgreSQL's refusal must not be
+    retried as if the database were down (Celery retried it forever)."""
+    from nahida_workers.core.events import Event
+    from nahida_workers.errors import LedgerDataError
+    from nahida_workers.ledger import sql as sql_module
+
+    monkeypatch.setattr(sql_module, "storable_events", list)  # no normalisation
+    w = make_world(postgres_ledger)
+    raw = Event.model_construct(  # no validators either
+        run_id=w.run_id, sequence=2, type=EventType.TOOL_CALL, epoch=0, created_at=at(2), **bad
+    )
+    exc = refuse(w, LedgerDataError, lambda tx: postgres_ledger.append_events(tx, [raw]))
+    assert not getattr(exc, "retryable", True)

@@ -95,3 +95,34 @@ def test_a_long_outage_answers_not_run_at_once_instead_of_nothing(
     assert execution.result.status is ToolStatus.ERROR
     assert "ledger was unavailable" in execution.result.content
     assert execution.receipt.evidence["error_code"] == "ledger_unavailable"
+
+
+def test_a_stuck_tool_cannot_hold_a_tool_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 item 1: the remote placement is bounded by the tool's timeout too."""
+    import threading
+    from dataclasses import replace
+
+    from nahida_workers.testing_tools import Sleep
+    from nahida_workers.tools.base import ToolRegistry
+
+    release = threading.Event()
+
+    class StuckRead(Sleep):
+        spec = replace(Sleep.spec, name="StuckRead", timeout_s=0.3)
+
+        def execute(self, arguments: Any, ctx: Any) -> Any:
+            release.wait(30)  # blocked in the kernel: ignores its cancel event
+            raise AssertionError("released")
+
+    _ledger, channel, payload = _world(tmp_path, failures=0, monkeypatch=monkeypatch)
+    monkeypatch.setattr(tool_task, "_registry", lambda *_a: ToolRegistry([StuckRead()]))
+    payload["call"] = {**payload["call"], "name": "StuckRead", "arguments": {"ms": 1}}
+    started = time.monotonic()
+    try:
+        tool_task.run_tool_call.apply(args=[payload], task_id="t-stuck")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 10
+    assert _result(channel, "t-stuck").result.status is ToolStatus.TIMED_OUT

@@ -181,3 +181,34 @@ def test_a_commit_whose_acknowledgement_was_lost_is_not_applied_twice(
     completed_once(ledger, run_id, tmp_path)
     session = ledger.get_session(sid)
     assert session is not None and session.status is SessionStatus.DONE
+
+
+def test_after_a_long_outage_lost_results_end_the_run_tool_persistence_failed(
+    tmp_path: Path,
+) -> None:
+    """Issue 11 item 10: the ledger is down from the results commit on for longer
+    than a commit point rides out (here 1 s against 0.2 s).  The owner keeps the
+    lease and retries the seal until the ledger is back: the run ends
+    ``failed/tool_persistence_failed`` -- not closed ``interrupted`` by a later
+    owner and continued to ``completed`` as if no result had been lost."""
+    import time
+
+    down_until: list[float] = []
+
+    def outage(_n: int, types: list[EventType]) -> bool:
+        if not down_until and types == [EventType.TOOL_RESULT]:
+            down_until.append(time.monotonic() + 1.0)
+        return bool(down_until) and time.monotonic() < down_until[0]
+
+    runner, ledger, sid, run_id, _hook = start(tmp_path, outage, outage_s=0.2)
+    runner.ledger_seal_outage_s = 10.0
+    assert runner.run(sid) is SessionOutcome.FINISHED
+    assert (tmp_path / MARKER).read_text() == "x\n", "the tool ran exactly once"
+    events = ledger.events(run_id)
+    assert events[-1].type is EventType.TERMINAL
+    assert (events[-1].payload["state"], events[-1].payload["reason"]) == (
+        "failed",
+        "tool_persistence_failed",
+    )
+    assert not [e for e in events if e.type is EventType.TOOL_RESULT]
+    assert runner.run(sid) is SessionOutcome.ALREADY_DONE

@@ -168,11 +168,8 @@ def test_b11_timeout_keeps_its_slot(placement: str, tmp_path: Path) -> None:
     results = _results(result.events)
     assert [e.call_id for e in results] == ["toolu_01", "toolu_02", "toolu_03"]
     last = results[-1].payload
-    assert (last["status"], last["is_error"], last["content"]) == (
-        "timed_out",
-        True,
-        "tool timed out",
-    )
+    assert (last["status"], last["is_error"]) == ("timed_out", True)
+    assert last["content"].startswith("tool timed out")
     receipts = {r.call_id: r for r in result.receipts}
     assert receipts["toolu_03"].status is ToolStatus.TIMED_OUT
     assert receipts["toolu_01"].status is ToolStatus.OK

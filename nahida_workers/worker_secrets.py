@@ -1,0 +1,212 @@
+"""The worker's secrets live in its memory, not in its environment (issue 11 item 7).
+
+Bash gets a scrubbed environment, but a command can read its parent's:
+``tr '\\0' '\\n' < /proc/$PPID/environ`` printed the provider key and the
+database URL with its password, which then went to the model, the ledger and
+the batch report.  Removing a variable from ``os.environ`` does not help:
+``/proc/PID/environ`` shows the environment block the process was *started*
+with, which lives in its own memory.  So, once, when a worker starts:
+
+1. every variable is copied into memory;
+2. the secret ones -- ``NAHIDA_*``, names that say KEY, TOKEN, SECRET,
+   PASSWORD, CREDENTIAL or AUTH, values shaped like a key or a URL with a
+   password -- are taken out of ``os.environ`` and kept in a process-wide
+   :class:`SecretStore` (settings and provider keys are looked up there);
+3. the rest is re-homed (set again, so the C library holds its own copies)
+   and the original block is overwritten with zeros: ``/proc/PID/environ``
+   of the worker then reads as nothing at all.
+
+What remains (README, "Tools and their limits"): Bash runs as the worker's
+user, so it can read any file that user can (an env file included), and the
+environment of processes that started the worker.  Known secret values are
+also masked wherever the ledger stores text (:func:`redact_known`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping
+
+__all__ = [
+    "SecretStore",
+    "held",
+    "is_secret",
+    "lookup",
+    "redact",
+    "redact_known",
+    "scrub_process_environment",
+]
+
+log = logging.getLogger(__name__)
+
+_SECRET_NAME = re.compile(
+    r"(?:KEY|TOKEN|SECRET|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION_ID|DSN)",
+    re.IGNORECASE,
+)
+_SECRET_VALUE = re.compile(
+    r"(?:^(?:sk-|sk_|gsk_|hf_|xox[abpr]-|gh[pousr]_|glpat-|AKIA)[A-Za-z0-9_\-]{8,}"
+    r"|://[^/\s:@]*:[^/\s@]+@)"
+)
+#: Variables a worker and its libraries keep needing (locale, paths, proxies, CA files).
+_KEEP = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR", "PWD", "TERM"}
+)
+#: Secret values shorter than this are not masked in stored text (too many false hits).
+_MIN_MASKED = 8
+
+
+def is_secret(name: str, value: str) -> bool:
+    """Whether an environment variable holds a secret (see the module doc)."""
+    if name in _KEEP or name.startswith("LC_"):
+        return False
+    if name.startswith("NAHIDA_"):
+        return True
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.search(value))
+
+
+class SecretStore:
+    """Secrets taken out of the environment, by variable name (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, values: Mapping[str, str]) -> None:
+        """Hold ``values`` (name -> value)."""
+        with self._lock:
+            self._values.update(values)
+            masked = sorted(
+                {v for v in self._values.values() if len(v) >= _MIN_MASKED}, key=len, reverse=True
+            )
+            self._pattern = re.compile("|".join(map(re.escape, masked))) if masked else None
+
+    def get(self, name: str) -> str | None:
+        """The held value of variable ``name``, or None."""
+        with self._lock:
+            return self._values.get(name)
+
+    def items(self) -> dict[str, str]:
+        """A copy of everything held."""
+        with self._lock:
+            return dict(self._values)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every held value of 8+ characters replaced by ``[REDACTED]``."""
+        pattern = self._pattern
+        return text if pattern is None else pattern.sub("[REDACTED]", text)
+
+
+_store = SecretStore()
+_scrubbed = threading.Event()
+
+
+def lookup(name: str) -> str | None:
+    """A variable's value: from the secret store, else from ``os.environ``."""
+    return _store.get(name) or os.environ.get(name)
+
+
+def held() -> dict[str, str]:
+    """The variables taken out of the environment at worker start (name -> value)."""
+    return _store.items()
+
+
+def redact_known(text: str) -> str:
+    """``text`` with the values of held secrets masked."""
+    return _store.mask(text)
+
+
+_MASK = "[REDACTED]"
+_KEY_SHAPES = re.compile(
+    r"(?:\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{8,}"  # OpenAI / Anthropic keys, short ones too
+    r"|\bgsk_[A-Za-z0-9]{16,}"  # Groq
+    r"|\bhf_[A-Za-z0-9]{16,}"  # Hugging Face
+    r"|\bglpat-[A-Za-z0-9_\-]{16,}"  # GitLab
+    r"|\bAuthorization:[ \t]*\S+[ \t]+\S+"  # Authorization headers, any scheme
+    r"|\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}"  # bearer tokens
+    r"|\bAKIA[0-9A-Z]{16}"  # AWS access key ids
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
+    r"|\bxox[abpr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
+)
+#: ``scheme://user:PASSWORD@host`` -- a database or broker URL with its password.
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+(@)")
+#: ``SOME_API_KEY=value`` -- an environment dump line (upper-case names, as env vars are).
+_ENV_ASSIGNMENT = re.compile(
+    r"\b([A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?)"
+    r"[A-Z0-9_]*)=(\S+)"
+)
+
+
+#: Substrings without which a pattern cannot match: plain ``in`` tests (fast)
+#: spare the regexes almost all text.
+_KEY_HINTS = (
+    "sk-", "gsk_", "hf_", "glpat-", "AKIA", "xox", "PRIVATE KEY", "earer", "Authorization:",
+    "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+)  # fmt: skip
+_ENV_HINTS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL")
+
+
+def redact(text: str) -> str:
+    """Mask credentials in ``text``: key shapes, URL passwords, ``*_KEY=`` values, held values.
+
+    Used wherever text is stored or shown to the model (the ledger's payload
+    walk, every tool result).  Masks with ``[REDACTED]``; the user and host of
+    a URL are kept.
+    """
+    text = _store.mask(text)
+    if any(hint in text for hint in _KEY_HINTS):
+        text = _KEY_SHAPES.sub(_MASK, text)
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(rf"\g<1>{_MASK}\g<2>", text)
+    if "=" in text and any(hint in text for hint in _ENV_HINTS):
+        text = _ENV_ASSIGNMENT.sub(rf"\g<1>={_MASK}", text)
+    return text
+
+
+def scrub_process_environment(*, wipe: bool = True) -> list[str]:
+    """Move secrets out of ``os.environ`` and blank the process's original env block.
+
+    Call once, when a worker process starts, after its settings are loaded
+    (``load_settings`` also reads the held ``NAHIDA_*`` values).  Safe to
+    call again (only what is still in ``os.environ`` is looked at).
+
+    Args:
+        wipe: overwrite the original environment block (Linux ``/proc``).
+
+    Returns:
+        The names of the variables taken out.
+    """
+    current = dict(os.environ)
+    secret = {k: v for k, v in current.items() if is_secret(k, v)}
+    _store.add(secret)
+    for name in secret:
+        os.environ.pop(name, None)
+    if wipe and not _scrubbed.is_set():
+        _wipe_original_block({k: v for k, v in current.items() if k not in secret})
+        _scrubbed.set()
+    if secret:
+        log.info("secrets moved out of the environment: %s", ", ".join(sorted(secret)))
+    return sorted(secret)
+
+
+def _wipe_original_block(keep: Mapping[str, str]) -> None:
+    """Re-home ``keep`` in the C library's own memory, then zero the block ``/proc`` shows."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+    except (OSError, ValueError, IndexError):
+        log.warning("cannot locate the environment block; /proc/self/environ left as is")
+        return
+    if not 0 < start < end or end - start > 1 << 24:
+        return
+    os.environ.clear()  # unsetenv every name: nothing points into the old block any more
+    for name, value in keep.items():
+        os.environ[name] = value  # setenv copies name and value
+    ctypes.memset(start, 0, end - start)
