@@ -82,7 +82,12 @@ def load_yaml(text: str, *, source: str, max_nodes: int = MAX_NODES) -> Any:
     """
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_BYTES} bytes; refused")
-    loader = yaml.SafeLoader(text)
+    try:
+        # The reader checks every character when the loader is built: a NUL
+        # byte raises here, before the first node.
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {_one_line(str(exc))}") from None
     try:
         node = loader.get_single_node()
         if node is None:
