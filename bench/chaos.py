@@ -106,6 +106,7 @@ from bench.chaos_rig import (
     say,
 )
 from bench.common import scratch_database
+from nahida_workers.celery.maintenance import run_id_changed
 from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker, make_repo
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
@@ -115,7 +116,6 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
-from tasks.maintenance import run_id_changed
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -423,7 +423,7 @@ def run(
     clock = SystemClock()
 
     def broker_reset() -> bool:
-        # tasks.maintenance.broker_reset, on the chaos Redis.
+        # nahida_workers.celery.maintenance.broker_reset, on the chaos Redis.
         return run_id_changed(ledger, str(info.info("server")["run_id"]), at=clock.now())
 
     sweeper = Sweeper(

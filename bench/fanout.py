@@ -40,6 +40,8 @@ from pathlib import Path
 from celery import Celery
 
 from bench.common import median_ms, scratch_database, timed
+from nahida_workers.celery.config import RUN_TOOL_CALL, celery_config
+from nahida_workers.celery.tools import CeleryRemoteTools, ToolResultChannel
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
@@ -52,8 +54,6 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.testing import ListTaskQueue, scripted_spec
-from tasks.celeryconfig import RUN_TOOL_CALL, celery_config
-from tasks.tools import CeleryRemoteTools, ToolResultChannel
 
 SLEEP = "nahida_workers.testing_tools:Sleep"
 SLEEP_LOCAL = "nahida_workers.testing_tools:SleepLocal"

@@ -186,9 +186,7 @@ def execute_call(
         "started_at": started,
         "finished_at": finished,
         "evidence_kind": kind,
-        "verification_status": verification_for(
-            call.name, outcome.status, kind, outcome.evidence
-        ),
+        "verification_status": verification_for(call.name, outcome.status, kind, outcome.evidence),
         "idempotency_key": key,
         "epoch": job.epoch,
     }

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.events import Event, EventType, SessionStatus
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.ports import Clock, Ledger, TaskQueue
@@ -35,7 +36,7 @@ __all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id", "provider_labels"]
 log = logging.getLogger(__name__)
 
 #: The Celery task name the outbox refers to.
-RUN_SESSION_TASK = "nahida.run_session"
+RUN_SESSION_TASK = RUN_SESSION
 
 
 def new_id() -> str:

@@ -12,14 +12,17 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
-from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
+from nahida_workers.constants import (
+    RUN_SESSION,
+    RUN_TOOL_CALL,
+    SCHEDULE_TICK,
+    SESSIONS_QUEUE,
+    SWEEP,
+    TOOLS_QUEUE,
+)
+from nahida_workers.settings import Settings
 
 __all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
-
-RUN_SESSION = "nahida.run_session"
-RUN_TOOL_CALL = "nahida.run_tool_call"
-SWEEP = "nahida.sweep"
-SCHEDULE_TICK = "nahida.schedule_tick"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_expires": 3600,
         "beat_schedule": {
             "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
-            # User schedules live in the ledger; beat only ticks (issue 14).  A
+            # User schedules live in the ledger; beat only ticks (DESIGN.md section 8).  A
             # tick that waited in the queue past the next one is dropped: the
             # next tick decides the same fires.
             "nahida-schedule-tick": {
