@@ -28,7 +28,7 @@ from nahida_workers.core.payloads import ABORTED_TEXT
 from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.logs import bind_log_context
-from nahida_workers.ports import Ledger
+from nahida_workers.ports import Clock, Ledger
 from nahida_workers.runtime.bounded import run_bounded
 from nahida_workers.runtime.calls import (
     CallJob,
@@ -129,13 +129,17 @@ def result_channel(settings: Settings) -> ToolResultChannel:
     return _channels[id(settings)][1]
 
 
-def fenced_session(ledger: Ledger[Any], session_id: str) -> SessionRecord | None:
+def fenced_session(
+    ledger: Ledger[Any], session_id: str, *, clock: Clock | None = None
+) -> SessionRecord | None:
     """The session row for the epoch check, retried through a short ledger outage.
 
     Raises:
         LedgerUnavailableError: still unavailable after ``EPOCH_CHECK_RETRY_S``.
     """
-    return read_through_outage(lambda: ledger.get_session(session_id), within_s=EPOCH_CHECK_RETRY_S)
+    return read_through_outage(
+        lambda: ledger.get_session(session_id), within_s=EPOCH_CHECK_RETRY_S, clock=clock
+    )
 
 
 def run_tool_call(
@@ -160,7 +164,7 @@ def run_tool_call(
     )
     registry = _registry(job.tools, job.bash_timeout_s, current.settings)
     try:
-        session = fenced_session(current.ledger, job.session_id)
+        session = fenced_session(current.ledger, job.session_id, clock=current.clock)
     except LedgerUnavailableError as exc:
         log.warning(
             "call %s: ledger unavailable for the epoch check (%s); not run", call.call_id, exc
