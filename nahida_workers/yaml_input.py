@@ -82,7 +82,11 @@ def load_yaml(text: str, *, source: str, max_nodes: int = MAX_NODES) -> Any:
     """
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_BYTES} bytes; refused")
-    loader = yaml.SafeLoader(text)
+    try:
+        # The reader checks the characters while it is built: a NUL is a ReaderError here.
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {_one_line(str(exc))}") from None
     try:
         node = loader.get_single_node()
         if node is None:
