@@ -31,12 +31,10 @@ from nahida_workers.ports import Clock, Ledger, TaskQueue
 from nahida_workers.runtime.artifacts import needs_artifact, store_user_input
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id", "provider_labels"]
+__all__ = ["Dispatcher", "new_id", "provider_labels"]
 
 log = logging.getLogger(__name__)
 
-#: The Celery task name the outbox refers to.
-RUN_SESSION_TASK = RUN_SESSION
 
 
 def new_id() -> str:
@@ -152,7 +150,7 @@ class Dispatcher:
         outbox = OutboxRecord(
             outbox_id=self.ids(),
             session_id=session.session_id,
-            task_name=RUN_SESSION_TASK,
+            task_name=RUN_SESSION,
             created_at=now,
         )
         run = RunRecord(
@@ -204,7 +202,7 @@ class Dispatcher:
         record = OutboxRecord(
             outbox_id=self.ids(),
             session_id=session_id,
-            task_name=RUN_SESSION_TASK,
+            task_name=RUN_SESSION,
             created_at=self.clock.now(),
         )
         with self.ledger.transaction() as tx:

@@ -106,7 +106,7 @@ def test_a_stuck_tool_cannot_hold_a_tool_worker_thread(
     import threading
     from dataclasses import replace
 
-    from nahida_workers.testing_tools import Sleep
+    from nahida_workers.testing.tools import Sleep
     from nahida_workers.tools.base import ToolRegistry
 
     release = threading.Event()

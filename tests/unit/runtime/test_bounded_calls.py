@@ -35,7 +35,7 @@ from nahida_workers.testing import (
     memory_runner,
     scripted_spec,
 )
-from nahida_workers.testing_tools import Sleep
+from nahida_workers.testing.tools import Sleep
 from nahida_workers.tools.base import (
     Placement,
     Tool,

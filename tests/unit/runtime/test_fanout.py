@@ -32,7 +32,7 @@ from nahida_workers.testing import (
     run_inline,
     scripted_spec,
 )
-from nahida_workers.testing_tools import ExclusiveProbe, Probe, Sleep
+from nahida_workers.testing.tools import ExclusiveProbe, Probe, Sleep
 from nahida_workers.tools.base import Placement, ToolRegistry
 from tests.conftest import load_case
 

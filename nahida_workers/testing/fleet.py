@@ -26,7 +26,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
 
 

@@ -1,7 +1,7 @@
 """Tools for tests, benchmarks and the chaos harness (not offered to models by default).
 
 Load them by import path in a job's ``tools`` list or in ``NAHIDA_EXTRA_TOOLS``,
-e.g. ``nahida_workers.testing_tools:Sleep``; tool workers import them the same
+e.g. ``nahida_workers.testing.tools:Sleep``; tool workers import them the same
 way, so they work on the real ``tools`` queue too.
 """
 
