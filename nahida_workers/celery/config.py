@@ -25,8 +25,8 @@ from nahida_workers.settings import Settings
 __all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery ``conf`` mapping for ``settings``."""
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    """``broker_transport_options`` for the broker URL's transport."""
     transport: dict[str, Any] = {}
     if settings.broker_url.startswith(("redis://", "rediss://")):
         transport = {
@@ -45,10 +45,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if settings.broker_url.startswith(("redis://", "rediss://")) and settings.broker_key_prefix:
         # Separate fleets (and test runs) can share one Redis database.
         transport["global_keyprefix"] = settings.broker_key_prefix
+    return transport
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery ``conf`` mapping for ``settings``."""
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend_url,
-        "broker_transport_options": transport,
+        "broker_transport_options": _transport_options(settings),
         "result_backend_transport_options": {"socket_timeout": 10},
         "broker_connection_retry_on_startup": True,
         "task_acks_late": True,

@@ -51,32 +51,46 @@ def run_session_delivery(
         )
         raise task.retry(exc=exc, countdown=countdown) from exc
     if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
-        conf = current.settings
-        plan = plan_follow_up(
-            outcome,
-            holder=current.leases.holder(session_id),
-            ttl_ms=current.leases.ttl_ms(session_id),
-            seen_owner=seen_owner,
-            hop=hop,
-            tag=tag,
-            lease_ttl_s=conf.lease_ttl_s,
-            visibility_timeout_s=conf.visibility_timeout_s,
-            max_hops=conf.follow_up_max_hops,
-        )
-        if plan is None:
-            log.info("session %s: %s; no follow-up needed", session_id, outcome.value)
-        else:
-            task.apply_async(
-                args=[session_id],
-                kwargs={"seen_owner": plan.seen_owner, "hop": plan.hop},
-                countdown=plan.countdown_s,
-            )
-            log.info(
-                "session %s: %s (owner %s); follow-up delivery %d in %.1fs",
-                session_id,
-                outcome.value,
-                plan.seen_owner,
-                plan.hop,
-                plan.countdown_s,
-            )
+        _follow_up(task, current, session_id, outcome, tag=tag, seen_owner=seen_owner, hop=hop)
     return outcome.value
+
+
+def _follow_up(
+    task: Any,
+    current: Fleet,
+    session_id: str,
+    outcome: SessionOutcome,
+    *,
+    tag: str,
+    seen_owner: str | None,
+    hop: int,
+) -> None:
+    """Leave a follow-up delivery for when the lease this one saw would expire."""
+    conf = current.settings
+    plan = plan_follow_up(
+        outcome,
+        holder=current.leases.holder(session_id),
+        ttl_ms=current.leases.ttl_ms(session_id),
+        seen_owner=seen_owner,
+        hop=hop,
+        tag=tag,
+        lease_ttl_s=conf.lease_ttl_s,
+        visibility_timeout_s=conf.visibility_timeout_s,
+        max_hops=conf.follow_up_max_hops,
+    )
+    if plan is None:
+        log.info("session %s: %s; no follow-up needed", session_id, outcome.value)
+    else:
+        task.apply_async(
+            args=[session_id],
+            kwargs={"seen_owner": plan.seen_owner, "hop": plan.hop},
+            countdown=plan.countdown_s,
+        )
+        log.info(
+            "session %s: %s (owner %s); follow-up delivery %d in %.1fs",
+            session_id,
+            outcome.value,
+            plan.seen_owner,
+            plan.hop,
+            plan.countdown_s,
+        )

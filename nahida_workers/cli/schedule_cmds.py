@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 
 
 class OverlapChoice(StrEnum):
-    """The ``--overlap`` values: :class:`nahida_workers.schedules.model.Overlap`'s (a test
-    keeps the two equal)."""
+    """The ``--overlap`` values: :class:`nahida_workers.schedules.model.Overlap`'s.
+
+    A test keeps the two equal.
+    """
 
     SKIP = "skip"
     BUFFER_ONE = "buffer_one"

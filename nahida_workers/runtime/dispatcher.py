@@ -36,7 +36,6 @@ __all__ = ["Dispatcher", "new_id", "provider_labels"]
 log = logging.getLogger(__name__)
 
 
-
 def new_id() -> str:
     """A random 32-hex id (uuid4)."""
     return uuid.uuid4().hex

@@ -177,7 +177,7 @@ def _filtered(files: Iterable[Path], top: Path, name_glob: str) -> Iterable[Path
 
 
 def _text_lines(fs: WorkspaceFs, workspace: Path, path: Path) -> list[str] | None:
-    """The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
+    r"""The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
 
     ``path`` may be a symlink inside the workspace: its resolved target is
     opened, through descriptors.  Skipped: unreadable files, files over
