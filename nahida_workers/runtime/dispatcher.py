@@ -22,6 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from nahida_workers.constants import RUN_SESSION
@@ -130,11 +131,7 @@ class Dispatcher:
             key was already known -- nothing was written or published then.
         """
         now = self.clock.now()
-        config = spec.model_dump(mode="json")
-        user_input: dict[str, Any] = {"text": spec.prompt}
-        if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
-            user_input = store_user_input(self.ledger, spec.prompt, at=now)
-            config["prompt"] = user_input["text"]  # stored once, in the artifact
+        config, user_input = self._snapshot(spec, now)
         session = SessionRecord(
             session_id=session_id or self.ids(),
             parent_id=parent_id,
@@ -172,6 +169,15 @@ class Dispatcher:
         if created:
             self._publish(outbox)
         return stored, created
+
+    def _snapshot(self, spec: SessionSpec, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The config snapshot and the prompt's user input (a large prompt as an artifact)."""
+        config = spec.model_dump(mode="json")
+        user_input: dict[str, Any] = {"text": spec.prompt}
+        if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
+            user_input = store_user_input(self.ledger, spec.prompt, at=now)
+            config["prompt"] = user_input["text"]  # stored once, in the artifact
+        return config, user_input
 
     def _publish(self, record: OutboxRecord) -> None:
         task_id = f"session-{record.session_id}-{record.outbox_id}"
