@@ -12,7 +12,7 @@ sweeper runs in this process every second, as celery beat would.
 
 Each session's plan: a fan-out of Glob (local) + Read and Grep (``tools``
 queue); a Bash that sleeps (the window most kills land in); one
-``DeliverOnce`` (``nahida_workers.testing_tools``: deliver-kind, not
+``DeliverOnce`` (``nahida_workers.testing.tools``: deliver-kind, not
 idempotent, appends one line per real execution to one file); then "Done."
 -- spare answers follow for steering that arrives at the end of a run.
 
@@ -106,7 +106,7 @@ from bench.chaos_rig import (
     say,
 )
 from bench.common import scratch_database
-from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker, make_repo
+from nahida_workers.celery.maintenance import run_id_changed
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
@@ -115,7 +115,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
-from tasks.maintenance import run_id_changed
+from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker, make_repo
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -423,7 +423,7 @@ def run(
     clock = SystemClock()
 
     def broker_reset() -> bool:
-        # tasks.maintenance.broker_reset, on the chaos Redis.
+        # nahida_workers.celery.maintenance.broker_reset, on the chaos Redis.
         return run_id_changed(ledger, str(info.info("server")["run_id"]), at=clock.now())
 
     sweeper = Sweeper(

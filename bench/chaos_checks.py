@@ -17,10 +17,10 @@ from nahida_workers.core.events import Event, EventType, SessionStatus, ToolStat
 from nahida_workers.core.messages import ProviderRequest
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.core.transcript import project
-from nahida_workers.fleet_harness import Worker
 from nahida_workers.ports import Ledger
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages
-from nahida_workers.providers.validate import validate_anthropic_messages, validate_openai_messages
+from nahida_workers.testing.fleet import Worker
+from nahida_workers.testing.validate import validate_anthropic_messages, validate_openai_messages
 
 
 # -- the checks -------------------------------------------------------------------------

@@ -9,9 +9,9 @@ import redis
 
 from nahida_workers.core.events import Event, SessionStatus
 from nahida_workers.core.records import InboxStatus
-from nahida_workers.fleet_harness import BROKER_DB
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.testing.fleet import BROKER_DB
 
 
 # -- waiting --------------------------------------------------------------------------

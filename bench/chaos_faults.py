@@ -24,7 +24,7 @@ import redis
 
 from bench.chaos_rig import STOP_FOR_S, Plan, RedisServer, Tally, retry, say
 from bench.common import ADMIN_DSN
-from nahida_workers.fleet_harness import LEASE_DB, Fleet, Worker
+from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker
 
 
 class Chaos:

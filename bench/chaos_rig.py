@@ -20,7 +20,7 @@ import redis
 from rich.console import Console
 
 T = TypeVar("T")
-DELIVER = "nahida_workers.testing_tools:DeliverOnce"
+DELIVER = "nahida_workers.testing.tools:DeliverOnce"
 TOOLS = ("Glob", "Read", "Grep", "Bash", DELIVER)
 LEASE_TTL_S = 2.0
 VISIBILITY_TIMEOUT_S = 8.0

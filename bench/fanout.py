@@ -1,7 +1,7 @@
 """Fan-out of read-only tool calls over the real ``tools`` queue (issue 3).
 
 Workload: 8 read-only, concurrency-safe calls that each take 200 ms
-(``nahida_workers.testing_tools:Sleep``), started as one parallel batch by
+(``nahida_workers.testing.tools:Sleep``), started as one parallel batch by
 the session worker's :class:`~nahida_workers.runtime.fanout.FanOutExecutor`
 and gathered in provider order.  ``remote`` placement publishes each call on
 the ``tools`` queue (Redis broker and result backend) to a separate
@@ -40,10 +40,11 @@ from pathlib import Path
 from celery import Celery
 
 from bench.common import median_ms, scratch_database, timed
+from nahida_workers.celery.config import RUN_TOOL_CALL, celery_config
+from nahida_workers.celery.tools import CeleryRemoteTools, ToolResultChannel
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
-from nahida_workers.fleet_harness import Fleet, Worker, wait_for
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import SystemClock
@@ -52,11 +53,10 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.fanout import FanOutExecutor
 from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.testing import ListTaskQueue, scripted_spec
-from tasks.celeryconfig import RUN_TOOL_CALL, celery_config
-from tasks.tools import CeleryRemoteTools, ToolResultChannel
+from nahida_workers.testing.fleet import Fleet, Worker, wait_for
 
-SLEEP = "nahida_workers.testing_tools:Sleep"
-SLEEP_LOCAL = "nahida_workers.testing_tools:SleepLocal"
+SLEEP = "nahida_workers.testing.tools:Sleep"
+SLEEP_LOCAL = "nahida_workers.testing.tools:SleepLocal"
 TARGET = 1.3
 
 

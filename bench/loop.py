@@ -42,7 +42,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.executor import InlineExecutor
 from nahida_workers.runtime.session import SessionRunner
 from nahida_workers.testing import ListTaskQueue, scripted_spec
-from nahida_workers.testing_tools import Noop
+from nahida_workers.testing.tools import Noop
 from nahida_workers.tools.base import ToolRegistry
 
 TURNS, CALLS = 10, 4

@@ -37,12 +37,12 @@ from pathlib import Path
 
 from bench.common import percentile, scratch_database
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.fleet_harness import Fleet, make_repo, wait_done, wait_for
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.runtime.spec import JobSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Overlap, ScheduleDef
 from nahida_workers.schedules.sql import SqlScheduleStore
+from nahida_workers.testing.fleet import Fleet, make_repo, wait_done, wait_for
 
 TURNS = [
     {"text": "look", "tool_calls": [{"id": "g", "name": "Glob", "arguments": {"pattern": "*"}}]},

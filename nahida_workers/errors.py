@@ -10,8 +10,21 @@
   and a finite :class:`~nahida_workers.core.events.FailureCode` that is safe
   to store in the ledger (never a raw provider body or a credential).
 
-Exactly one layer owns retries for each family: provider retries live in
-``providers/retry.py``; everything else is reported, not retried in place.
+Plus :class:`PayloadInvalid`: a request this package built breaks a
+provider API rule (an unpaired tool call) -- a bug, never sent.
+
+Three owners retry, each in exactly one place (STYLE.md habit 5):
+
+1. **provider retries** -- ``providers/retry.py`` retries a provider call on
+   429/5xx/timeouts with backoff, honouring ``Retry-After``;
+2. **commit-point outage retries** -- ``runtime/outage.py`` retries a fenced
+   commit point (and the tool worker's epoch check) through a short ledger
+   outage, never applying a commit twice (DESIGN.md section 3);
+3. **Celery delivery retries** -- the ``run_session`` task re-publishes a
+   delivery that failed with a retryable :class:`RunError`, and the broker
+   redelivers a message whose worker died (acks_late, DESIGN.md section 4).
+
+Everything else is reported, not retried in place.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ __all__ = [
     "NahidaError",
     "NotFoundError",
     "PathOutsideWorkspaceError",
+    "PayloadInvalid",
     "ProviderError",
     "ProviderProtocolError",
     "RunError",
@@ -49,6 +63,14 @@ __all__ = [
 
 class NahidaError(Exception):
     """Root of every error this package raises on purpose."""
+
+
+class PayloadInvalid(NahidaError, ValueError):
+    """A request payload breaks a provider API rule; the message names the index and the rule.
+
+    Raised before anything is sent (``providers/payloads.py``); also a
+    ``ValueError`` for callers that treat it as bad data.
+    """
 
 
 # --- the caller's mistakes -------------------------------------------------

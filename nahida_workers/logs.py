@@ -43,6 +43,7 @@ class ContextFilter(logging.Filter):
     """Copies the bound ids onto every record (``record.session_id`` ...; None when unbound)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Stamp the record with the current session, run and trace ids; keep it."""
         context = _CONTEXT.get() or {}
         for key in IDS:
             if getattr(record, key, None) is None:
@@ -54,6 +55,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, message, session_id, run_id, trace_id."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line."""
         data = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
@@ -75,6 +77,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line."""
         line = super().format(record)
         ids = " ".join(
             f"{key.removesuffix('_id')}={getattr(record, key)}"

@@ -6,7 +6,8 @@ environment at import time: call :func:`load_settings` in a CLI command, a
 Celery signal handler or a test fixture.  ``config/env.example`` lists every
 field with its default; a test keeps the two in sync.
 
-Redis key prefixes and other fixed names live here as constants.
+Redis key prefixes, queue names and shared defaults live in
+:mod:`nahida_workers.constants` (re-exported here for the names callers use).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from pydantic_settings import (
 )
 
 from nahida_workers import worker_secrets
+from nahida_workers.constants import (
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEDGER_OUTAGE_S,
+    DEFAULT_LEDGER_SEAL_OUTAGE_S,
+    DEFAULT_POISON_AFTER_CRASHES,
+    LEASE_KEY_TEMPLATE,
+    SESSIONS_QUEUE,
+    TOOLS_QUEUE,
+)
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -32,12 +42,6 @@ __all__ = [
     "load_settings",
 ]
 
-#: Redis key of a session lease (DESIGN.md section 4); prefixed by ``redis_key_prefix``.
-LEASE_KEY_TEMPLATE = "lease:session:{session_id}"
-#: Celery queue that carries ``run_session`` tasks.
-SESSIONS_QUEUE = "sessions"
-#: Celery queue that carries fanned-out read-only tool calls.
-TOOLS_QUEUE = "tools"
 #: Settings overrides that make the embedded mode (the CLI adds the SQLite ``database_url``).
 EMBEDDED_URLS: dict[str, object] = {
     "broker_url": "memory://localhost/",
@@ -91,25 +95,25 @@ class Settings(BaseSettings):
     broker_key_prefix: str = ""
 
     # -- lease and delivery (DESIGN.md section 4) -----------------------------
-    lease_ttl_s: float = Field(30.0, gt=0)
+    lease_ttl_s: float = Field(DEFAULT_LEASE_TTL_S, gt=0)
     # Redelivery bound for a message whose worker died without beat running:
     # far below Celery's 1 h default, still ten times the lease TTL.  A live
     # session redelivered meanwhile finds its lease held and exits (case B01).
     visibility_timeout_s: float = Field(300.0, gt=0)
     # How long a session owner retries a commit point through a ledger outage
     # (a PostgreSQL restart, terminated backends) before the run gives up.
-    ledger_outage_s: float = Field(10.0, ge=0)
+    ledger_outage_s: float = Field(DEFAULT_LEDGER_OUTAGE_S, ge=0)
     # A delivery that finds the lease held leaves a follow-up for when it
     # would expire; a chain follows one live owner at most this many times
     # (240 x the 30 s TTL = 2 h, twice a run's default wall-clock budget).
     follow_up_max_hops: int = Field(240, ge=1)
     # Owners in a row that crash without progress before a session is sealed
     # failed/poison_session (counted in the ledger, issue 10 item 2).
-    poison_after_crashes: int = Field(3, ge=1)
+    poison_after_crashes: int = Field(DEFAULT_POISON_AFTER_CRASHES, ge=1)
     # How long an owner whose tool results could not be stored keeps trying to
     # seal the run failed/tool_persistence_failed (issue 11 item 10); it holds
     # the lease meanwhile, so no other owner re-decides the calls' fate.
-    ledger_seal_outage_s: float = Field(300.0, ge=0)
+    ledger_seal_outage_s: float = Field(DEFAULT_LEDGER_SEAL_OUTAGE_S, ge=0)
 
     # -- tools (DESIGN.md section 5) -----------------------------------------
     event_payload_max_bytes: int = Field(256 * 1024, ge=4096)

@@ -45,7 +45,7 @@ CHROMIUM_FLAGS = (
 )
 FANOUT_JOB = """name: fan-out demo
 prompt: Wait on four things at once, then answer.
-tools: ["nahida_workers.testing_tools:SleepLocal"]
+tools: ["nahida_workers.testing.tools:SleepLocal"]
 provider:
   kind: scripted
   script:

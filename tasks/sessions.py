@@ -1,88 +1,11 @@
-"""The session task: one delivery = one attempt to own and advance a session."""
+"""``nahida.run_session``: one delivery = one attempt to own and advance a session.
 
-from __future__ import annotations
+Defined by :func:`nahida_workers.celery.tasks.define_tasks`; the body is
+:func:`nahida_workers.celery.sessions.run_session_delivery`.
+"""
 
-import logging
-from typing import Any
+from tasks import app
 
-from nahida_workers.errors import RunError
-from nahida_workers.logs import bind_log_context
-from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
-from nahida_workers.runtime.session import SessionOutcome
-from tasks.app import app, fleet, settings
-from tasks.celeryconfig import RUN_SESSION
+run_session = app.nahida.tasks.run_session
 
 __all__ = ["run_session"]
-
-log = logging.getLogger(__name__)
-
-
-@app.task(
-    name=RUN_SESSION,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-    max_retries=None,
-)
-def run_session(self: Any, session_id: str, seen_owner: str | None = None, hop: int = 0) -> str:
-    """Take the lease, recover, run the loop, seal, release (DESIGN.md section 1).
-
-    A delivery that finds the session done exits at once, without a ledger
-    write (case B01).  One that finds the lease held (or lost it mid-run)
-    also writes nothing, but it is never the last delivery: it leaves a
-    follow-up for when the lease it saw would expire, carrying the owner
-    token it saw (``runtime/redelivery.py``), so a dead owner -- a SIGKILLed
-    prefork child whose message was requeued at once -- is always followed
-    by a taker, with or without beat.  A retryable infrastructure failure
-    re-publishes the task with a backoff; the ledger already holds every fact
-    committed before it.
-
-    Args:
-        session_id: the session.
-        seen_owner / hop: set on a follow-up: the lease owner its sender saw,
-            and its place in the chain.
-    """
-    bind_log_context(session_id=session_id, run_id=None, trace_id=None)
-    current = fleet()
-    tag = delivery_tag(str(self.request.id or ""))
-    try:
-        outcome = current.runner.run(session_id, delivery_tag=tag)
-    except RunError as exc:
-        if not exc.retryable:
-            raise
-        countdown = exc.retry_after or min(60, 2 ** min(self.request.retries, 6))
-        log.warning(
-            "session %s: retryable failure (%s); retrying in %ss", session_id, exc, countdown
-        )
-        raise self.retry(exc=exc, countdown=countdown) from exc
-    if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
-        conf = settings()
-        plan = plan_follow_up(
-            outcome,
-            holder=current.leases.holder(session_id),
-            ttl_ms=current.leases.ttl_ms(session_id),
-            seen_owner=seen_owner,
-            hop=hop,
-            tag=tag,
-            lease_ttl_s=conf.lease_ttl_s,
-            visibility_timeout_s=conf.visibility_timeout_s,
-            max_hops=conf.follow_up_max_hops,
-        )
-        if plan is None:
-            log.info("session %s: %s; no follow-up needed", session_id, outcome.value)
-        else:
-            self.apply_async(
-                args=[session_id],
-                kwargs={"seen_owner": plan.seen_owner, "hop": plan.hop},
-                countdown=plan.countdown_s,
-            )
-            log.info(
-                "session %s: %s (owner %s); follow-up delivery %d in %.1fs",
-                session_id,
-                outcome.value,
-                plan.seen_owner,
-                plan.hop,
-                plan.countdown_s,
-            )
-    return outcome.value

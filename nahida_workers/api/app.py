@@ -100,66 +100,30 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
         except Exception as exc:  # an outage (503) or a bug (500): JSON, one log line
             return unavailable(exc)
 
-    fleet, ledger = services.fleet, services.fleet.ledger
-    v1 = APIRouter(prefix="/v1", tags=["v1"])
-
-    def get_services() -> Services:
-        return services
-
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    v1 = APIRouter(prefix="/v1", tags=["v1"])
+    _session_routes(v1, services)
+    _action_routes(v1, services)
+    _follow_routes(v1, services)
+    _batch_routes(v1, services)
+    app.include_router(v1)
+    from nahida_workers.web.pages import web_router
+
+    app.include_router(web_router(services))
+    return app
+
+
+def _session_routes(v1: APIRouter, services: Services) -> None:
+    """``POST /v1/sessions``, ``GET /v1/sessions/{id}``, ``GET /v1/runs/{id}``."""
+    fleet, ledger = services.fleet, services.fleet.ledger
+
     @v1.post("/sessions", status_code=201)
     def create_session(body: SessionIn) -> JSONResponse:
         """Dispatch one session; the same ``idempotency_key`` again returns it (200)."""
-        try:
-            job = JobSpec.model_validate({"name": "api", **body.job})
-        except ValidationError as exc:
-            raise UserError(f"invalid job: {validation_summary(exc)}") from None
-        spec = job.session_spec()
-        registry_for(spec, fleet.settings)
-        close = getattr(provider_for(spec), "close", None)
-        if callable(close):
-            close()
-        workspace = Path(body.workspace)
-        if not workspace.is_absolute() or not workspace.is_dir():
-            raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
-        provider, model = provider_labels(spec)
-        delivered = True
-        wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
-        try:
-            session, created = fleet.dispatcher.submit(
-                spec,
-                workspace=str(workspace.resolve()),
-                idempotency_key=body.idempotency_key,
-                session_id=wanted_id,
-                provider_name=provider,
-                model=model,
-            )
-        except Exception as exc:
-            if not is_delivery_failure(exc):
-                raise
-            # The session row and its outbox row are committed before the
-            # publish: the sweeper publishes it when the broker is back.
-            recorded = ledger.get_session(wanted_id) or next(
-                (
-                    s
-                    for s in ledger.sessions()
-                    if body.idempotency_key and s.idempotency_key == body.idempotency_key
-                ),
-                None,
-            )
-            if recorded is None:
-                raise
-            session, created, delivered = recorded, True, False
-        data = {
-            "session": session.model_dump(mode="json"),
-            "created": created,
-            "delivered": delivered,
-        }
-        status = 202 if not delivered else 201 if created else 200
-        return JSONResponse(data, status_code=status)
+        return _create_session(fleet, body)
 
     @v1.get("/sessions/{session_id}")
     def get_session(session_id: str) -> dict[str, Any]:
@@ -185,6 +149,11 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
             "events": [e.model_dump(mode="json") for e in ledger.events(full)],
             "receipts": [r.model_dump(mode="json") for r in ledger.receipts(full)],
         }
+
+
+def _action_routes(v1: APIRouter, services: Services) -> None:
+    """``POST /v1/sessions/{id}/steer`` and ``.../cancel``."""
+    fleet, ledger = services.fleet, services.fleet.ledger
 
     def _acted(what: str, exc: BaseException | None, **extra: Any) -> JSONResponse:
         delivered = exc is None
@@ -220,6 +189,14 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
             return _acted("cancel", exc, session_id=full)
         return _acted("cancel", None, session_id=full)
 
+
+def _follow_routes(v1: APIRouter, services: Services) -> None:
+    """``GET /v1/sessions/{id}/events``: server-sent events."""
+    fleet, ledger = services.fleet, services.fleet.ledger
+
+    def get_services() -> Services:
+        return services
+
     @v1.get("/sessions/{session_id}/events")
     def events(
         session_id: str,
@@ -245,6 +222,11 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
         session = ledger.get_session(session_id)
         return session is not None and session.status is SessionStatus.DONE
 
+
+def _batch_routes(v1: APIRouter, services: Services) -> None:
+    """``GET /v1/batches`` and ``GET /v1/batches/{id}``."""
+    ledger = services.fleet.ledger
+
     @v1.get("/batches")
     def list_batches() -> dict[str, Any]:
         """Every batch, newest first, with its session counts."""
@@ -258,11 +240,57 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
         full = resolve(ledger, "batch", _id(batch_id))
         return batch_report(ledger, full)
 
-    app.include_router(v1)
-    from nahida_workers.web.pages import web_router
 
-    app.include_router(web_router(services))
-    return app
+def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
+    """Dispatch one session; 201 created, 200 known (idempotency key), 202 not yet published."""
+    ledger = fleet.ledger
+    try:
+        job = JobSpec.model_validate({"name": "api", **body.job})
+    except ValidationError as exc:
+        raise UserError(f"invalid job: {validation_summary(exc)}") from None
+    spec = job.session_spec()
+    registry_for(spec, fleet.settings)
+    close = getattr(provider_for(spec), "close", None)
+    if callable(close):
+        close()
+    workspace = Path(body.workspace)
+    if not workspace.is_absolute() or not workspace.is_dir():
+        raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
+    provider, model = provider_labels(spec)
+    delivered = True
+    wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
+    try:
+        session, created = fleet.dispatcher.submit(
+            spec,
+            workspace=str(workspace.resolve()),
+            idempotency_key=body.idempotency_key,
+            session_id=wanted_id,
+            provider_name=provider,
+            model=model,
+        )
+    except Exception as exc:
+        if not is_delivery_failure(exc):
+            raise
+        # The session row and its outbox row are committed before the
+        # publish: the sweeper publishes it when the broker is back.
+        recorded = ledger.get_session(wanted_id) or next(
+            (
+                s
+                for s in ledger.sessions()
+                if body.idempotency_key and s.idempotency_key == body.idempotency_key
+            ),
+            None,
+        )
+        if recorded is None:
+            raise
+        session, created, delivered = recorded, True, False
+    data = {
+        "session": session.model_dump(mode="json"),
+        "created": created,
+        "delivered": delivered,
+    }
+    status = 202 if not delivered else 201 if created else 200
+    return JSONResponse(data, status_code=status)
 
 
 def _sse(client: Any, key: str, session_done: Any, timeout_s: float) -> Iterator[str]:

@@ -47,6 +47,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, refusing a body larger than ``max_bytes`` with 413."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -131,6 +132,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def unavailable(exc: BaseException) -> JSONResponse:
+    """An exception a route raised as a JSON error: 503 for an outage, 500 for a bug."""
     code, line = classify(exc)
     if code == 3:
         return error_body(503, "service_unavailable", line.removeprefix("error: "))

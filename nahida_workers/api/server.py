@@ -18,12 +18,10 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     """The ASGI app for ``settings``: the fleet (ledger, dispatcher, inbox) and a Redis client."""
     from nahida_workers.api.app import Services, create_app
+    from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.runtime.wiring import build_fleet, redis_client
-    from tasks.app import CeleryTaskQueue, configure
-    from tasks.app import app as celery_app
 
-    configure(settings)
-    fleet = build_fleet(settings, CeleryTaskQueue(celery_app))
+    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)))
     services = Services(fleet=fleet, redis=redis_client(settings))
     return create_app(
         services,

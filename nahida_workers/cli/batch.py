@@ -149,14 +149,12 @@ def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str)
 
 def run_batch(options: BatchOptions, settings: Settings, console: Console, err: Console) -> int:
     """Run (or resume) a batch; returns the exit code (:class:`ExitCode`)."""
+    from nahida_workers.celery import CeleryTaskQueue, embedded_worker, make_celery
     from nahida_workers.worker_secrets import scrub_process_environment
-    from tasks.app import CeleryTaskQueue, configure
-    from tasks.app import app as celery_app
-    from tasks.embedded import embedded_worker
 
     session_spec = options.job.session_spec()
     _validate(session_spec, settings)
-    configure(settings)
+    celery_app = make_celery(settings)
     fleet = build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True)
     started = datetime.now(UTC)
     batch_id = _open_batch(fleet, options, settings)

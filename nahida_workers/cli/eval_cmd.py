@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from nahida_workers.evaluation import EvalReport
+    from nahida_workers.testing.evaluation import EvalReport
 
 __all__ = ["eval_command", "eval_table"]
 
@@ -55,7 +55,7 @@ def eval_command(
     rate and the share of pure questions completed in one provider call.  Exits 0 iff
     every session ended as expected.
     """
-    from nahida_workers.evaluation import DEFAULT_SET, load_eval_set, run_eval_set
+    from nahida_workers.testing.evaluation import DEFAULT_SET, load_eval_set, run_eval_set
 
     cases = load_eval_set(set_path or DEFAULT_SET)
     report = run_eval_set(cases)

@@ -149,7 +149,7 @@ def mock_llm(
 ) -> None:
     """Serve the OpenAI-compatible streaming API from a script, until Ctrl-C."""
     from nahida_workers.errors import ConfigError
-    from nahida_workers.providers.mock_server import serve_mock_llm
+    from nahida_workers.testing.mock_server import serve_mock_llm
     from nahida_workers.yaml_input import read_yaml_file
 
     data = read_yaml_file(script, what="script")

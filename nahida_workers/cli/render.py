@@ -40,7 +40,9 @@ def _state(state: str) -> str:
 
 
 def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
-    """One row per session: session id, repo, its latest run's state, reason, tool calls,
+    """One row per session, with its latest run's facts.
+
+    Columns: session id, repo, its latest run's state, reason, tool calls,
     seconds running, turns, runs, seconds queued, the latest run id.
 
     Ids are unique prefixes (every command takes them back); ids and states

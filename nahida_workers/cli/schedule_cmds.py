@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 
 
 class OverlapChoice(StrEnum):
-    """The ``--overlap`` values: :class:`nahida_workers.schedules.model.Overlap`'s (a test
-    keeps the two equal)."""
+    """The ``--overlap`` values: :class:`nahida_workers.schedules.model.Overlap`'s.
+
+    A test keeps the two equal.
+    """
 
     SKIP = "skip"
     BUFFER_ONE = "buffer_one"
@@ -106,14 +108,15 @@ def _find(store: SqlScheduleStore, ref: str) -> Schedule:
     raise NotFoundError(f"no schedule {ref}")
 
 
-def _scheduler(settings: Settings) -> Scheduler:
+def _scheduler(settings: Settings) -> tuple[Scheduler, Any]:
+    """A scheduler over a fleet publishing through a Celery app of ``settings``; and the app."""
+    from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.runtime.wiring import build_fleet
     from nahida_workers.schedules.scheduler import build_scheduler
-    from tasks.app import CeleryTaskQueue, configure
-    from tasks.app import app as celery_app
 
-    configure(settings)
-    return build_scheduler(build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True))
+    celery_app = make_celery(settings)
+    fleet = build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True)
+    return build_scheduler(fleet), celery_app
 
 
 def _next(schedule: Schedule, now: datetime) -> datetime | None:
@@ -351,10 +354,9 @@ def trigger(
     settings = _settings(local, db)
     store = _store(settings)
     schedule = _find(store, name)
-    scheduler = _scheduler(settings)
+    scheduler, celery_app = _scheduler(settings)
     if local:
-        from tasks.app import app as celery_app
-        from tasks.embedded import embedded_worker
+        from nahida_workers.celery import embedded_worker
 
         with embedded_worker(celery_app):
             fire = scheduler.trigger(schedule.name)
@@ -398,13 +400,12 @@ def run(
     the ledger decides each fire once).  Ctrl-C stops it.
     """
     settings = _settings(local, db)
-    scheduler = _scheduler(settings)
+    scheduler, celery_app = _scheduler(settings)
     names = {s.schedule_id: s.name for s in scheduler.store.live()}
     listed = ", ".join(sorted(names.values())) or "no schedules"
     err.print(f"ticking every {settings.schedule_tick_s:g}s: {escape(listed)}")
     if local:
-        from tasks.app import app as celery_app
-        from tasks.embedded import embedded_worker
+        from nahida_workers.celery import embedded_worker
 
         with embedded_worker(celery_app, concurrency=workers):
             _tick_loop(scheduler, settings.schedule_tick_s, seconds)

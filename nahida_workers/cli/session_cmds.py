@@ -113,13 +113,11 @@ def watch(
 
 
 def _fleet() -> Any:
+    from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.runtime.wiring import build_fleet
-    from tasks.app import CeleryTaskQueue, configure
-    from tasks.app import app as celery_app
 
     settings = settings_for()
-    configure(settings)
-    return build_fleet(settings, CeleryTaskQueue(celery_app))
+    return build_fleet(settings, CeleryTaskQueue(make_celery(settings)))
 
 
 def _recorded(what: str, exc: BaseException) -> typer.Exit:

@@ -251,17 +251,27 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         and last.payload.get("stop_reason") != StopReason.PAUSE_TURN.value
     ):
         # A paused turn (pause_turn) is not judged: the next call continues it.
-        if last.payload.get("stop_reason") == StopReason.MAX_TOKENS.value:
-            return _truncated(state, config, signals)
-        verdict = judge_non_answer(state, last, pending_steering=signals.pending_steering)
-        if isinstance(verdict, GiveUp):
-            return _finish(verdict.state, verdict.reason, code=verdict.failure_code)
-        if isinstance(verdict, Repair):
-            if state.turns >= config.max_steps:
-                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
-            source = "correction" if verdict.control.get("kind") == "correction" else "repair"
-            return _prompt(state, signals, verdict.control, verdict.text, source)
-        return _judge_candidate(state, config, signals, last)
+        return _answered(state, config, signals, last)
+    return _next_turn(state, config, signals)
+
+
+def _answered(state: RunState, config: LoopConfig, signals: Signals, last: Event) -> Decision:
+    """The model answered with no tool call: truncated, a non-answer, or a candidate."""
+    if last.payload.get("stop_reason") == StopReason.MAX_TOKENS.value:
+        return _truncated(state, config, signals)
+    verdict = judge_non_answer(state, last, pending_steering=signals.pending_steering)
+    if isinstance(verdict, GiveUp):
+        return _finish(verdict.state, verdict.reason, code=verdict.failure_code)
+    if isinstance(verdict, Repair):
+        if state.turns >= config.max_steps:
+            return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+        source = "correction" if verdict.control.get("kind") == "correction" else "repair"
+        return _prompt(state, signals, verdict.control, verdict.text, source)
+    return _judge_candidate(state, config, signals, last)
+
+
+def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
+    """Every call is answered: stop on a budget or bound, take steering, or call the model."""
     if state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
     if signals.elapsed_s >= config.wall_clock_budget_s:
@@ -414,38 +424,11 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
     call id this function had to rename.
     """
     index = state.turns
-    # Admitted first: storable ids and arguments, or an error the model sees (issue 11).
+    # Admitted first: storable ids and arguments, or an error the model sees (core/admission.py).
     admitted = [admit_call(c) for c in turn.tool_calls]
     calls = _unique_ids(state, [c for c, _ in admitted], index)
-    anomalies = list(turn.anomalies)
-    renamed = [
-        (a.call_id, b.call_id)
-        for (a, _), b in zip(admitted, calls, strict=True)
-        if a.call_id != b.call_id
-    ]
-    if renamed:
-        anomalies.append(Anomaly(code="call_id_reused", detail={"renamed": renamed}))
-    changed = [
-        b.call_id
-        for given, (a, _), b in zip(turn.tool_calls, admitted, calls, strict=True)
-        if a is not given
-    ]
-    if changed:
-        anomalies.append(Anomaly(code="call_unstorable", detail={"call_ids": changed}))
-    payload = {
-        "text": turn.text,
-        "turn": index,
-        "stop_reason": turn.stop_reason.value,
-        "raw_stop_reason": turn.raw_stop_reason,
-        "usage": turn.usage.model_dump() if turn.usage else None,
-        "model": turn.model,
-        "call_ids": [c.call_id for c in calls],
-    }
-    if turn.refusal:
-        payload["refusal"] = turn.refusal
-    if turn.content_blocks:
-        payload["content_blocks"] = [dict(b) for b in turn.content_blocks]
-    events = [_event(state, 0, EventType.ASSISTANT_OUTPUT, payload, now)]
+    anomalies = _anomalies(turn, admitted, calls)
+    events = [_event(state, 0, EventType.ASSISTANT_OUTPUT, _turn_payload(turn, index, calls), now)]
     for i, call in enumerate(calls):
         events.append(
             _event(
@@ -468,6 +451,46 @@ def turn_events(state: RunState, turn: ProviderTurn, *, now: datetime) -> tuple[
             )
         )
     return tuple(events)
+
+
+def _anomalies(
+    turn: ProviderTurn, admitted: Sequence[tuple[ToolCall, Any]], calls: Sequence[ToolCall]
+) -> list[Anomaly]:
+    """The parser's anomalies, plus the call ids renamed and the calls made storable."""
+    anomalies = list(turn.anomalies)
+    renamed = [
+        (a.call_id, b.call_id)
+        for (a, _), b in zip(admitted, calls, strict=True)
+        if a.call_id != b.call_id
+    ]
+    if renamed:
+        anomalies.append(Anomaly(code="call_id_reused", detail={"renamed": renamed}))
+    changed = [
+        b.call_id
+        for given, (a, _), b in zip(turn.tool_calls, admitted, calls, strict=True)
+        if a is not given
+    ]
+    if changed:
+        anomalies.append(Anomaly(code="call_unstorable", detail={"call_ids": changed}))
+    return anomalies
+
+
+def _turn_payload(turn: ProviderTurn, index: int, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The ``assistant_output`` payload of a turn."""
+    payload: dict[str, Any] = {
+        "text": turn.text,
+        "turn": index,
+        "stop_reason": turn.stop_reason.value,
+        "raw_stop_reason": turn.raw_stop_reason,
+        "usage": turn.usage.model_dump() if turn.usage else None,
+        "model": turn.model,
+        "call_ids": [c.call_id for c in calls],
+    }
+    if turn.refusal:
+        payload["refusal"] = turn.refusal
+    if turn.content_blocks:
+        payload["content_blocks"] = [dict(b) for b in turn.content_blocks]
+    return payload
 
 
 def result_events(

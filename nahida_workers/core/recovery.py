@@ -75,24 +75,7 @@ def recovery_events(
         then a ``tool_result`` per rebuilt or closed call; ``()`` when nothing
         needs writing.
     """
-    rebuilt: list[tuple[ToolCall, ExecutionReceipt]] = []
-    rerun: list[str] = []
-    closed: list[ToolCall] = []
-    lost_reruns: set[str] = set()
-    earlier = _reruns(state)
-    for call in orphan_calls(state.events):
-        receipt = state.receipts.get(call.call_id)
-        epochs = earlier.get(call.call_id, set())
-        if receipt is not None:
-            rebuilt.append((call, receipt))
-        elif rerunnable(call) and epoch in epochs:
-            continue  # this owner already recorded its re-run: recovery twice = once
-        elif rerunnable(call) and len(epochs) < MAX_RERUNS:
-            rerun.append(call.call_id)
-        else:
-            closed.append(call)
-            if rerunnable(call):
-                lost_reruns.add(call.call_id)
+    rebuilt, rerun, closed, lost_reruns = _sort_orphans(state, epoch, rerunnable)
     if not rebuilt and not closed and not rerun:
         return ()
     next_seq = state.next_sequence
@@ -122,12 +105,50 @@ def recovery_events(
         )
         for c in closed
     ]
+    events += _settled_results(state, settled, next_seq + len(events), now=now)
+    return tuple(events)
+
+
+def _sort_orphans(
+    state: RunState, epoch: int, rerunnable: Callable[[ToolCall], bool]
+) -> tuple[list[tuple[ToolCall, ExecutionReceipt]], list[str], list[ToolCall], set[str]]:
+    """Orphan calls as (rebuilt from a receipt, re-run, closed, closed re-runs)."""
+    rebuilt: list[tuple[ToolCall, ExecutionReceipt]] = []
+    rerun: list[str] = []
+    closed: list[ToolCall] = []
+    lost_reruns: set[str] = set()
+    earlier = _reruns(state)
+    for call in orphan_calls(state.events):
+        receipt = state.receipts.get(call.call_id)
+        epochs = earlier.get(call.call_id, set())
+        if receipt is not None:
+            rebuilt.append((call, receipt))
+        elif rerunnable(call) and epoch in epochs:
+            continue  # this owner already recorded its re-run: recovery twice = once
+        elif rerunnable(call) and len(epochs) < MAX_RERUNS:
+            rerun.append(call.call_id)
+        else:
+            closed.append(call)
+            if rerunnable(call):
+                lost_reruns.add(call.call_id)
+    return rebuilt, rerun, closed, lost_reruns
+
+
+def _settled_results(
+    state: RunState,
+    settled: list[tuple[ToolCall, ToolStatus, str, str]],
+    first_sequence: int,
+    *,
+    now: datetime,
+) -> list[Event]:
+    """One synthetic ``tool_result`` per settled call, in the calls' order."""
+    events: list[Event] = []
     order = {c.call_id: i for i, c in enumerate(orphan_calls(state.events))}
     for call, status, content, kind in sorted(settled, key=lambda s: order[s[0].call_id]):
         events.append(
             Event(
                 run_id=state.run_id,
-                sequence=next_seq + len(events),
+                sequence=first_sequence + len(events),
                 type=EventType.TOOL_RESULT,
                 payload={
                     **result_payload(
@@ -144,4 +165,4 @@ def recovery_events(
                 created_at=now,
             )
         )
-    return tuple(events)
+    return events

@@ -55,47 +55,53 @@ def project(
     messages: list[Message] = []
     turn: Event | None = None
     turn_calls: list[Event] = []
-
-    def close_turn() -> None:
-        nonlocal turn, turn_calls
-        if turn is None and not turn_calls:
-            return
-        head = (turn.run_id, turn.sequence) if turn is not None else ("", -1)
-        key = ("assistant", *head, len(turn_calls))
-        calls = [_call(e, cache) for e in turn_calls]
-        if key not in cache:
-            text = str(turn.payload.get("text", "")) if turn is not None else ""
-            blocks = turn.payload.get("content_blocks") if turn is not None else None
-            cache[key] = AssistantMessage(
-                text=text,
-                tool_calls=tuple(calls),
-                content_blocks=tuple(b for b in blocks if isinstance(b, dict))
-                if isinstance(blocks, list) and not calls
-                else (),
-            )
-        messages.append(cache[key])
-        for event, call in zip(turn_calls, calls, strict=True):
-            result = results.get(call.call_id)
-            rkey = ("result", event.run_id, event.sequence, result.sequence if result else None)
-            if rkey not in cache:
-                cache[rkey] = _result_message(call, result)
-            messages.append(cache[rkey])
-        turn, turn_calls = None, []
-
     for event in ordered:
         if event.type is EventType.ASSISTANT_OUTPUT:
-            close_turn()
-            turn = event
+            _close_turn(turn, turn_calls, results, cache, messages)
+            turn, turn_calls = event, []
         elif event.type is EventType.TOOL_CALL:
             turn_calls.append(event)  # a call with no committed turn stays paired anyway
         elif event.type is EventType.USER_INPUT:
-            close_turn()
+            _close_turn(turn, turn_calls, results, cache, messages)
+            turn, turn_calls = None, []
             key = ("user", event.run_id, event.sequence)
             if key not in cache:
                 cache[key] = UserMessage(text=user_text(event.payload))
             messages.append(cache[key])
-    close_turn()
+    _close_turn(turn, turn_calls, results, cache, messages)
     return messages
+
+
+def _close_turn(
+    turn: Event | None,
+    turn_calls: list[Event],
+    results: dict[str | None, Event],
+    cache: dict[tuple[object, ...], Message],
+    messages: list[Message],
+) -> None:
+    """Append one assistant turn and, right after it, the results of its calls in order."""
+    if turn is None and not turn_calls:
+        return
+    head = (turn.run_id, turn.sequence) if turn is not None else ("", -1)
+    key = ("assistant", *head, len(turn_calls))
+    calls = [_call(e, cache) for e in turn_calls]
+    if key not in cache:
+        text = str(turn.payload.get("text", "")) if turn is not None else ""
+        blocks = turn.payload.get("content_blocks") if turn is not None else None
+        cache[key] = AssistantMessage(
+            text=text,
+            tool_calls=tuple(calls),
+            content_blocks=tuple(b for b in blocks if isinstance(b, dict))
+            if isinstance(blocks, list) and not calls
+            else (),
+        )
+    messages.append(cache[key])
+    for event, call in zip(turn_calls, calls, strict=True):
+        result = results.get(call.call_id)
+        rkey = ("result", event.run_id, event.sequence, result.sequence if result else None)
+        if rkey not in cache:
+            cache[rkey] = _result_message(call, result)
+        messages.append(cache[rkey])
 
 
 def _call(event: Event, cache: dict[tuple[object, ...], Message]) -> ToolCall:

@@ -126,37 +126,45 @@ def check_append(facts: RunFacts, events: Sequence[Event]) -> None:
     calls = set(facts.calls)
     results = set(facts.results)
     for event in events:
-        if event.run_id != run_id:
-            raise LedgerIntegrityError("one append_events call must hold events of one run")
-        if sealed:
-            raise EventAfterTerminalError(
-                f"run {run_id} is terminal; refusing {event.type.value} #{event.sequence}"
-            )
-        if event.sequence < expected:
-            raise DuplicateSequenceError(f"run {run_id} already has sequence {event.sequence}")
-        if event.sequence > expected:
-            raise LedgerIntegrityError(
-                f"run {run_id}: sequence {event.sequence} leaves a gap (next is {expected})"
-            )
+        _check_place(run_id, event, expected, sealed=sealed)
         expected += 1
-        if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.call_id:
-            raise LedgerIntegrityError(f"{event.type.value} #{event.sequence} has no call_id")
-        if event.type is EventType.TOOL_CALL:
-            if event.call_id in calls:
-                raise DuplicateResultError(f"run {run_id}: call {event.call_id} already committed")
-            calls.add(event.call_id)  # type: ignore[arg-type]
-        elif event.type is EventType.TOOL_RESULT:
-            if event.call_id not in calls:
-                raise CallNotCommittedError(
-                    f"run {run_id}: result for {event.call_id} whose tool_call is not committed"
-                )
-            if event.call_id in results:
-                raise DuplicateResultError(
-                    f"run {run_id}: call {event.call_id} already has a result"
-                )
-            results.add(event.call_id)
-        elif event.type is EventType.TERMINAL:
+        _check_pairing(run_id, event, calls, results)
+        if event.type is EventType.TERMINAL:
             sealed = True
+
+
+def _check_place(run_id: str, event: Event, expected: int, *, sealed: bool) -> None:
+    """The event belongs to the run, after no terminal, at the next sequence, with a call id."""
+    if event.run_id != run_id:
+        raise LedgerIntegrityError("one append call must hold events of one run")
+    if sealed:
+        raise EventAfterTerminalError(
+            f"run {run_id} is terminal; refusing {event.type.value} #{event.sequence}"
+        )
+    if event.sequence < expected:
+        raise DuplicateSequenceError(f"run {run_id} already has sequence {event.sequence}")
+    if event.sequence > expected:
+        raise LedgerIntegrityError(
+            f"run {run_id}: sequence {event.sequence} leaves a gap (next is {expected})"
+        )
+    if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.call_id:
+        raise LedgerIntegrityError(f"{event.type.value} #{event.sequence} has no call_id")
+
+
+def _check_pairing(run_id: str, event: Event, calls: set[str], results: set[str]) -> None:
+    """One call per id, one result per committed call (``calls``/``results`` grow)."""
+    if event.type is EventType.TOOL_CALL:
+        if event.call_id in calls:
+            raise DuplicateResultError(f"run {run_id}: call {event.call_id} already committed")
+        calls.add(event.call_id)  # type: ignore[arg-type]
+    elif event.type is EventType.TOOL_RESULT:
+        if event.call_id not in calls:
+            raise CallNotCommittedError(
+                f"run {run_id}: result for {event.call_id} whose tool_call is not committed"
+            )
+        if event.call_id in results:
+            raise DuplicateResultError(f"run {run_id}: call {event.call_id} already has a result")
+        results.add(event.call_id)
 
 
 def check_receipts(facts: RunFacts, receipts: Sequence[ExecutionReceipt]) -> None:

@@ -104,16 +104,19 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
 
 
 def utc(value: datetime | None) -> datetime | None:
+    """``value`` as an aware UTC datetime (SQLite returns naive ones), or None."""
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
 
 
 def now() -> datetime:
+    """The database-side fallback timestamp for a row written without one (UTC)."""
     return datetime.now(UTC)
 
 
 def check_epoch(session_id: str, writer: int, current: int) -> None:
+    """Raise :class:`StaleEpochError` unless ``writer`` is the session's ``current`` epoch."""
     if writer != current:
         raise StaleEpochError(
             f"session {session_id}: writer epoch {writer} is stale (current {current})"
@@ -171,7 +174,7 @@ def integrity(exc: IntegrityError) -> LedgerIntegrityError:
 
 
 def unavailable(exc: DBAPIError) -> LedgerUnavailableError:
-    """The typed outage error for a driver error: its class and first 200 characters.
+    r"""The typed outage error for a driver error: its class and first 200 characters.
 
     The driver's message names the host, port, database and user -- never a
     password -- so it is kept: "database \"nahida\" does not exist" is the fix.
@@ -222,6 +225,7 @@ class ReadScope:
 
 
 def session_row(row: Any) -> SessionRecord:
+    """A ``SessionRecord`` from a database row."""
     return SessionRecord(
         session_id=row.session_id,
         parent_id=row.parent_id,
@@ -240,6 +244,7 @@ def session_row(row: Any) -> SessionRecord:
 
 
 def run_row(row: Any) -> RunRecord:
+    """A ``RunRecord`` from a database row."""
     return RunRecord(
         run_id=row.run_id,
         session_id=row.session_id,
@@ -256,6 +261,7 @@ def run_row(row: Any) -> RunRecord:
 
 
 def batch_row(row: Any) -> BatchRecord:
+    """A ``BatchRecord`` from a database row."""
     return BatchRecord(
         batch_id=row.batch_id,
         job_name=row.job_name,

@@ -54,6 +54,7 @@ class RecordWrites:
         raise NotImplementedError
 
     def transaction(self, *, fence: Fence | None = None, run_id: str | None = None) -> Any:
+        """Provided by :class:`~nahida_workers.ledger.sql.SqlLedger`."""
         raise NotImplementedError
 
     def _single_statement(self) -> Any:

@@ -98,26 +98,9 @@ def build_turn(
             (retryable, ``provider_protocol_invalid``).
     """
     tool_calls = tuple(calls)
-    anomalies: list[Anomaly] = []
-    if not terminal:
-        if tool_calls:
-            raise ProviderProtocolError(
-                f"{api}: the stream was cut off before its end marker while "
-                f"{len(tool_calls)} tool call(s) were incomplete; none will run",
-                retryable=True,
-                failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
-                truncated=True,
-            )
-        anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
+    anomalies = _truncation_anomalies(api, tool_calls, terminal=terminal)
     refused = refusal if refusal and refusal.strip() else None
-    if tool_calls:
-        stop = StopReason.TOOL_CALLS
-    elif refused is not None:
-        stop = StopReason.REFUSAL
-    elif raw_stop is None:
-        stop = StopReason.OTHER if not terminal else StopReason.END_TURN
-    else:
-        stop = stop_map.get(raw_stop, StopReason.OTHER)
+    stop = _stop_reason(tool_calls, refused, raw_stop, stop_map, terminal=terminal)
     if raw_stop is not None and bool(tool_calls) != (raw_stop in tool_stops):
         anomalies.append(
             Anomaly(
@@ -138,3 +121,41 @@ def build_turn(
         if stop is StopReason.PAUSE_TURN
         else (),
     )
+
+
+def _truncation_anomalies(
+    api: str, tool_calls: tuple[ToolCall, ...], *, terminal: bool
+) -> list[Anomaly]:
+    """A stream cut off before its end marker: an anomaly, or an error with calls in flight."""
+    anomalies: list[Anomaly] = []
+    if not terminal:
+        if tool_calls:
+            raise ProviderProtocolError(
+                f"{api}: the stream was cut off before its end marker while "
+                f"{len(tool_calls)} tool call(s) were incomplete; none will run",
+                retryable=True,
+                failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
+                truncated=True,
+            )
+        anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
+    return anomalies
+
+
+def _stop_reason(
+    tool_calls: tuple[ToolCall, ...],
+    refused: str | None,
+    raw_stop: str | None,
+    stop_map: Mapping[str, StopReason],
+    *,
+    terminal: bool,
+) -> StopReason:
+    """The normalised stop reason: calls win, then a refusal, then the mapped raw reason."""
+    if tool_calls:
+        stop = StopReason.TOOL_CALLS
+    elif refused is not None:
+        stop = StopReason.REFUSAL
+    elif raw_stop is None:
+        stop = StopReason.OTHER if not terminal else StopReason.END_TURN
+    else:
+        stop = stop_map.get(raw_stop, StopReason.OTHER)
+    return stop

@@ -35,13 +35,12 @@ import httpx
 
 from nahida_workers.core.events import FailureCode
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall, ToolChoice
-from nahida_workers.errors import ProviderError
+from nahida_workers.errors import PayloadInvalid, ProviderError
 from nahida_workers.providers.classify import malformed_event
 from nahida_workers.providers.early_calls import DedupSink, ToolCallSink
 from nahida_workers.providers.http_errors import error_from_response
 from nahida_workers.providers.retry import RetryPolicy, call_with_retries
 from nahida_workers.providers.sse import SSEDecoder, SSEEvent
-from nahida_workers.providers.validate import PayloadInvalid
 
 __all__ = ["HTTPProvider", "StreamParser"]
 

@@ -36,7 +36,7 @@ from nahida_workers.core.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from nahida_workers.providers.validate import PayloadInvalid
+from nahida_workers.errors import PayloadInvalid
 
 __all__ = [
     "ANTHROPIC_DEFAULT_MAX_TOKENS",

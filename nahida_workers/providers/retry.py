@@ -81,8 +81,7 @@ def call_with_retries(
         ``fn``'s result.
 
     Raises:
-        ProviderError: the last error, when it is not retryable or the
-            retries / total wait are exhausted.
+        ProviderError: the last error (not retryable, or retries / wait budget spent).
         Exception: anything else ``fn`` raises, unchanged and not retried.
     """
     waits: dict[int, float] = {}
@@ -90,7 +89,7 @@ def call_with_retries(
     def next_wait(state: RetryCallState) -> float:
         attempt = state.attempt_number
         if attempt not in waits:
-            exc = state.outcome.exception() if state.outcome is not None else None
+            exc = _exception(state)
             retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
             backoff = min(policy.max_delay_s, policy.initial_delay_s * 2 ** (attempt - 1))
             backoff += policy.jitter_s * rng()
@@ -104,7 +103,7 @@ def call_with_retries(
         nonlocal protocol_failures
         if state.attempt_number > policy.max_retries:
             return True
-        exc = state.outcome.exception() if state.outcome is not None else None
+        exc = _exception(state)
         if isinstance(exc, ProviderProtocolError) and not exc.truncated:
             protocol_failures += 1
             if protocol_failures > policy.max_protocol_repairs:
@@ -114,23 +113,30 @@ def call_with_retries(
         # Retry-After: if that does not fit in what is left, give up now.
         return remaining <= 0 or next_wait(state) > remaining
 
-    def before_sleep(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        code = exc.failure_code.value if isinstance(exc, ProviderError) else "?"
-        log.warning(
-            "provider call failed (%s), retry %d/%d in %.2f s",
-            code,
-            state.attempt_number,
-            policy.max_retries,
-            state.upcoming_sleep,
-        )
-
     retrying = Retrying(
         retry=retry_if_exception(_retryable),
         stop=should_stop,
         wait=next_wait,
         sleep=sleep,
-        before_sleep=before_sleep,
+        before_sleep=lambda state: _log_retry(state, policy.max_retries),
         reraise=True,
     )
     return retrying(fn)
+
+
+def _exception(state: RetryCallState) -> BaseException | None:
+    """The exception the attempt ended with, if any."""
+    return state.outcome.exception() if state.outcome is not None else None
+
+
+def _log_retry(state: RetryCallState, max_retries: int) -> None:
+    """One warning line per retry: the failure code and the wait."""
+    exc = _exception(state)
+    code = exc.failure_code.value if isinstance(exc, ProviderError) else "?"
+    log.warning(
+        "provider call failed (%s), retry %d/%d in %.2f s",
+        code,
+        state.attempt_number,
+        max_retries,
+        state.upcoming_sleep,
+    )

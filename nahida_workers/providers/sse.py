@@ -1,4 +1,4 @@
-"""Incremental Server-Sent Events decoder (bytes or text chunks in, events out).
+r"""Incremental Server-Sent Events decoder (bytes or text chunks in, events out).
 
 Implements the event-stream interpretation rules of the WHATWG HTML standard,
 section 9.2.6 "Interpreting an event stream":
@@ -33,7 +33,7 @@ __all__ = ["SSEDecoder", "SSEEvent"]
 
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
-    """One dispatched event.
+    r"""One dispatched event.
 
     Attributes:
         event: the ``event:`` field, ``"message"`` when the event had none.

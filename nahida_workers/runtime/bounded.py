@@ -213,20 +213,26 @@ def run_bounded(
         if got is not None:
             return got
         worker.abandon()
-        at = now()
-        if aborting:
-            log.warning("call %s (%s): abandoned on abort", call.call_id, call.name)
-            return not_run(
-                call,
-                job,
-                status=ToolStatus.ABORTED,
-                content=ABORTED_UNKNOWN_TEXT,
-                code="aborted",
-                at=at,
-                evidence={"outcome": "unknown"},
-            )
-        log.warning("call %s (%s): timed out after %gs", call.call_id, call.name, timeout_s)
-        return timed_out(call, job, at, timeout_s)
+        return _given_up(call, job, now(), aborting=aborting, timeout_s=timeout_s)
+
+
+def _given_up(
+    call: ToolCall, job: CallJob, at: datetime, *, aborting: bool, timeout_s: float
+) -> Execution:
+    """The call did not answer after being asked to stop: aborted or timed out, outcome unknown."""
+    if aborting:
+        log.warning("call %s (%s): abandoned on abort", call.call_id, call.name)
+        return not_run(
+            call,
+            job,
+            status=ToolStatus.ABORTED,
+            content=ABORTED_UNKNOWN_TEXT,
+            code="aborted",
+            at=at,
+            evidence={"outcome": "unknown"},
+        )
+    log.warning("call %s (%s): timed out after %gs", call.call_id, call.name, timeout_s)
+    return timed_out(call, job, at, timeout_s)
 
 
 def _poll(

@@ -176,8 +176,25 @@ def execute_call(
         cancel=job.cancel,
     )
     outcome = run_tool(tool, call.arguments, ctx)
-    finished = now()
     kind = tool.spec.evidence_kind
+    receipt = _receipt(call, job, outcome, kind, key, started=started, finished=now())
+    # The model never sees a credential a tool printed (worker_secrets.redact).
+    content = redact(outcome.content)
+    result = CallResult(call.call_id, call.name, outcome.status, content, kind.value)
+    return Execution(result, receipt)
+
+
+def _receipt(
+    call: ToolCall,
+    job: CallJob,
+    outcome: Any,
+    kind: Any,
+    key: str,
+    *,
+    started: datetime,
+    finished: datetime,
+) -> ExecutionReceipt:
+    """The receipt of a call that ran; one that cannot hold its evidence still gets one."""
     fields: dict[str, Any] = {
         "run_id": job.run_id,
         "call_id": call.call_id,
@@ -186,9 +203,7 @@ def execute_call(
         "started_at": started,
         "finished_at": finished,
         "evidence_kind": kind,
-        "verification_status": verification_for(
-            call.name, outcome.status, kind, outcome.evidence
-        ),
+        "verification_status": verification_for(call.name, outcome.status, kind, outcome.evidence),
         "idempotency_key": key,
         "epoch": job.epoch,
     }
@@ -196,17 +211,14 @@ def execute_call(
         receipt = ExecutionReceipt(
             **fields, input_fingerprint=call.fingerprint, evidence=dict(outcome.evidence)
         )
-    except Exception as exc:  # the tool ran: its side effect still gets a receipt (issue 11)
+    except Exception as exc:  # the tool ran: its side effect still gets a receipt
         log.exception("call %s: the receipt could not be built as given", call.call_id)
         receipt = ExecutionReceipt(
             **fields,
             input_fingerprint=input_fingerprint(repr(call.arguments)),
             evidence={"error_code": "evidence_unrecordable", "detail": type(exc).__name__},
         )
-    # The model never sees a credential a tool printed (issue 11 item 7).
-    content = redact(outcome.content)
-    result = CallResult(call.call_id, call.name, outcome.status, content, kind.value)
-    return Execution(result, receipt)
+    return receipt
 
 
 def execution_to_json(execution: Execution) -> dict[str, Any]:

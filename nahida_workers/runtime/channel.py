@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from nahida_workers.constants import EVENT_STREAM_KEY_TEMPLATE
+
 __all__ = [
     "ChannelPolicy",
     "EventSink",
@@ -106,7 +108,7 @@ class MemorySink:
 
 def stream_key(session_id: str, prefix: str = "") -> str:
     """The Redis stream of a session's user-visible events."""
-    return f"{prefix}events:session:{session_id}"
+    return prefix + EVENT_STREAM_KEY_TEMPLATE.format(session_id=session_id)
 
 
 class RedisStreamSink:

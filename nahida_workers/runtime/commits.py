@@ -1,44 +1,111 @@
-"""The commit points of a session owner (DESIGN.md section 3 steps 3 and 5, and the seal).
+"""Every commit point of a session owner, by name (DESIGN.md sections 3, 4 and 8).
+
+==================  =============================================================
+commit point        what it writes, in one fenced transaction
+==================  =============================================================
+``open_run``        a run row started from inbox input, its ``user_input`` events,
+                    the claims and ``sessions.status = running`` (section 8)
+``commit_recovery`` what a previous owner left open, closed (``core/recovery.py``)
+``commit_turn``     ``assistant_output`` and every ``tool_call`` of a provider turn
+                    (section 3 step 3): if it fails, no tool starts
+``commit_results``  every ``tool_result`` of a batch with its receipt (section 3
+                    step 5); if that fails the run is sealed
+                    ``failed/tool_persistence_failed``
+``commit_control``  control events and the user input they inject (corrections,
+                    bounds, stop-hook verdicts) and inbox claims
+``seal``            the terminal event, the run row, the inbox acknowledgements
+                    and ``sessions.status = done`` (section 3 step 6)
+``close_session``   ``sessions.status = done`` when no run is left to seal
+``take_over`` /     the owner epoch bump with the durable crash counter, and the
+``hand_back``       clean hand-back (section 4; ``runtime/redelivery.py``)
+==================  =============================================================
 
 Every transaction is fenced with the epoch bumped when the lease was taken,
 and a short ledger outage is ridden out without applying a commit twice
-(``runtime/outage.py``).
+(``runtime/outage.py``).  The run state learns only what committed.  New
+commit points (a parked session, spawned child sessions, adopted child
+results: DESIGN.md section 8) belong here too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from nahida_workers import metrics
 from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
+    FailureCode,
+    ReasonCode,
+    SessionStatus,
+    TerminalState,
 )
 from nahida_workers.core.loop import (
     Finish,
+    final_text_for,
+    result_events,
     terminal_event,
+    turn_events,
 )
+from nahida_workers.core.messages import ProviderTurn
 from nahida_workers.core.receipts import missing_receipts
 from nahida_workers.core.records import RunRecord
 from nahida_workers.core.state import RunState
+from nahida_workers.errors import LedgerError, StaleEpochError
 from nahida_workers.ports import Clock, Fence, Ledger
+from nahida_workers.runtime.calls import Execution
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
 
+__all__ = ["CommitPoints", "hand_back", "take_over"]
+
 log = logging.getLogger(__name__)
+
+
+def take_over(ledger: Ledger[Any], session_id: str, *, at: datetime) -> int:
+    """Become the session's owner: bump its fencing epoch (DESIGN.md section 4).
+
+    The same commit settles the durable crash counter of the previous owner
+    (``Ledger.bump_epoch``).  Returns the new epoch.
+
+    Raises:
+        NotFoundError: unknown session.
+    """
+    return ledger.bump_epoch(session_id, at=at)
+
+
+def hand_back(ledger: Ledger[Any], session_id: str, epoch: int, *, at: datetime) -> None:
+    """Hand the session back cleanly: owner ``epoch`` did not crash (``close_owner``).
+
+    A ledger outage here is logged, not raised: the next owner then counts
+    one crash too many, which is the safe side.
+    """
+    try:
+        ledger.close_owner(session_id, epoch, at=at)
+    except Exception as exc:
+        log.warning("session %s: close_owner failed: %s", session_id, exc)
 
 
 class CommitPoints:
     """Fenced commits of one owned session; the run state learns only what committed.
 
-    Attributes:
+    Args:
         ledger / clock: the ports.
         fence: the session id and the epoch this owner bumped (section 4).
         heartbeat: the lease heartbeat; checked before every commit attempt.
         outage_s: how long a commit is retried through a ledger outage, seconds.
+        seal_outage_s: how long the seal ``failed/tool_persistence_failed`` is
+            retried after tool results could not be stored, seconds.
+        cancel_seen: whether the session's cancel flag was set when it was read.
+
+    Attributes:
+        cancel_seen / inbox_pending: the cancel flag and the count of waiting
+            next-turn inbox messages, as the last commit read them under the
+            fence's row lock (free and fresh at every commit point).
         observer: told what committed (set once the run is driven).
     """
 
@@ -50,6 +117,7 @@ class CommitPoints:
         heartbeat: Heartbeat,
         *,
         outage_s: float,
+        seal_outage_s: float,
         cancel_seen: bool,
     ) -> None:
         self.ledger = ledger
@@ -57,77 +125,79 @@ class CommitPoints:
         self.fence = fence
         self.heartbeat = heartbeat
         self.outage_s = outage_s
+        self.seal_outage_s = seal_outage_s
         self.observer: Observer | None = None
-        self._cancel_seen = cancel_seen
-        self._inbox_pending = 0
+        self.cancel_seen = cancel_seen
+        self.inbox_pending = 0
 
-    def commit(
-        self,
-        state: RunState,
-        events: Sequence[Event],
-        receipts: Sequence[ExecutionReceipt] = (),
-        *,
-        claims: Sequence[str] = (),
-    ) -> None:
-        """One fenced transaction; the state learns the events only after commit.
+    # -- runs ----------------------------------------------------------------------
+    def open_run(self, run: RunRecord, events: Sequence[Event], claims: Sequence[str]) -> None:
+        """A new run from inbox input: run row, its user input, claims, status running."""
+        now = run.started_at
+        with self.ledger.transaction(fence=self.fence) as tx:
+            self.ledger.create_run(tx, run)
+            self.ledger.append(tx, events)
+            self.ledger.claim_inbox(tx, run.run_id, claims, at=now)
+            self.ledger.set_session_status(tx, self.fence.session_id, SessionStatus.RUNNING, at=now)
 
-        ``claims``: inbox message ids the events commit as user input.  A
-        ledger outage is ridden out for ``ledger_outage_s`` (an attempt cut off
-        after it landed is not repeated: ``runtime/outage.py``).  A result
-        without a receipt (a call recovery closed as interrupted, one refused
-        by a bound) is committed with a synthetic one (``core/receipts.py``).
+    def close_session(self) -> None:
+        """No run is left open and no input waits: ``sessions.status = done``."""
+        with self.ledger.transaction(fence=self.fence) as tx:
+            self.ledger.set_session_status(
+                tx, self.fence.session_id, SessionStatus.DONE, at=self.clock.now()
+            )
+
+    # -- section 3 -------------------------------------------------------------------
+    def commit_recovery(self, state: RunState, events: Sequence[Event]) -> None:
+        """Close what a previous owner left open (``core/recovery.py``), if anything."""
+        if events:
+            self._commit(state, events)
+
+    def commit_turn(self, state: RunState, turn: ProviderTurn) -> None:
+        """Section 3 step 3: the turn's output and every tool call, in provider order."""
+        self._commit(state, turn_events(state, turn, now=self.clock.now()))
+
+    def commit_results(
+        self, state: RunState, run: RunRecord, executions: Sequence[Execution]
+    ) -> bool:
+        """Section 3 step 5: every result of a batch with its receipt, in provider order.
+
+        If the ledger refuses or stays unavailable, the side effects may have
+        happened and only this owner knows the tools ran: it keeps its lease
+        and seals the run ``failed/tool_persistence_failed``, retrying the seal
+        through an outage of up to ``seal_outage_s`` -- so a later owner does
+        not close the calls as interrupted and carry on as if nothing had
+        been lost.
+
+        Returns:
+            True when the results committed; False when the run was sealed.
 
         Raises:
             LeaseLostError / StaleEpochError: this owner lost the session.
-            LedgerIntegrityError: the ledger refused the write.
-            LedgerUnavailableError: the outage outlasted ``ledger_outage_s``.
+            LedgerUnavailableError: even the seal outlasted its outage window.
         """
-        self.heartbeat.check()
-        receipts = [
-            *receipts,
-            *missing_receipts(state, events, receipts, now=self.clock.now()),
-        ]
+        events = result_events(state, [e.result for e in executions], now=self.clock.now())
+        try:
+            self._commit(state, events, [e.receipt for e in executions])
+        except LedgerError as exc:
+            if isinstance(exc, StaleEpochError):
+                raise  # fenced out: not a persistence failure, this owner just stops
+            log.error("run %s: tool results not persisted: %s", run.run_id, exc)
+            self.seal_failed(
+                state,
+                run,
+                ReasonCode.TOOL_PERSISTENCE_FAILED,
+                FailureCode.TOOL_PERSISTENCE_FAILED,
+                within_s=max(self.seal_outage_s, self.outage_s),
+            )
+            return False
+        return True
 
-        def write() -> Any:
-            with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
-                self.ledger.append(tx, events, receipts)
-                self.ledger.claim_inbox(tx, state.run_id, claims, at=self.clock.now())
-            return tx
-
-        started = self.clock.monotonic()
-        tx = commit_through_outage(
-            write,
-            landed=lambda: bool(events) and self._landed(state.run_id, events[0]),
-            within_s=self.outage_s,
-            before_retry=self.heartbeat.check,
-        )
-        metrics.observe_commit(self.clock.monotonic() - started, events, receipts)
-        if tx is not None:
-            # Both are read under the fence's row lock, so they are free and fresh.
-            self._cancel_seen = tx.cancel_requested
-            self._inbox_pending = tx.pending_inbox
-        else:
-            self._inbox_pending = max(self._inbox_pending, 1)  # unknown: look at the boundary
-        if self.observer is not None:
-            self.observer.committed(events)
-        for event in events:
-            state.apply(event)
-        for receipt in receipts:
-            state.apply_receipt(receipt)
-
-    def _landed(self, run_id: str, first: Event) -> bool:
-        """Whether a commit beginning with ``first`` is in the ledger, written by us.
-
-        A commit point is one transaction, so its first event stands for all
-        of it; the epoch tells our write from anyone else's.
-        """
-        return any(
-            e.sequence == first.sequence
-            and e.type is first.type
-            and e.call_id == first.call_id
-            and e.epoch == self.fence.epoch
-            for e in self.ledger.events(run_id)
-        )
+    def commit_control(
+        self, state: RunState, events: Sequence[Event], *, claims: Sequence[str] = ()
+    ) -> None:
+        """Control events and the input they inject; ``claims``: inbox ids committed as input."""
+        self._commit(state, events, claims=claims)
 
     def seal(
         self, state: RunState, run: RunRecord, finish: Finish, *, within_s: float | None = None
@@ -153,15 +223,114 @@ class CommitPoints:
                     ended_at=now,
                 )
 
-        started = self.clock.monotonic()
-        commit_through_outage(
+        self._through_outage(
             write,
+            [event],
+            (),
             landed=lambda: self._landed(run.run_id, event),
             within_s=self.outage_s if within_s is None else within_s,
-            before_retry=self.heartbeat.check,
         )
-        metrics.observe_commit(self.clock.monotonic() - started, [event])
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
         if self.observer is not None:
             self.observer.sealed(state, finish)
+
+    def seal_failed(
+        self,
+        state: RunState,
+        run: RunRecord,
+        reason: ReasonCode,
+        code: FailureCode,
+        *,
+        within_s: float | None = None,
+    ) -> None:
+        """:meth:`seal` ``failed/<reason>`` with the runtime's own final text."""
+        failed = TerminalState.FAILED
+        finish = Finish(failed, reason, final_text_for(failed, reason), code)
+        self.seal(state, run, finish, within_s=within_s)
+
+    # -- the one transaction shape -----------------------------------------------------
+    def _commit(
+        self,
+        state: RunState,
+        events: Sequence[Event],
+        receipts: Sequence[ExecutionReceipt] = (),
+        *,
+        claims: Sequence[str] = (),
+    ) -> None:
+        """One fenced transaction; the state learns the events only after commit.
+
+        A result without a receipt (a call recovery closed as interrupted, one
+        refused by a bound) is committed with a synthetic one
+        (``core/receipts.py``).
+
+        Raises:
+            LeaseLostError / StaleEpochError: this owner lost the session.
+            LedgerIntegrityError: the ledger refused the write.
+            LedgerUnavailableError: the outage outlasted ``outage_s``.
+        """
+        self.heartbeat.check()
+        receipts = [
+            *receipts,
+            *missing_receipts(state, events, receipts, now=self.clock.now()),
+        ]
+
+        def write() -> Any:
+            with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
+                self.ledger.append(tx, events, receipts)
+                self.ledger.claim_inbox(tx, state.run_id, claims, at=self.clock.now())
+            return tx
+
+        tx = self._through_outage(
+            write,
+            events,
+            receipts,
+            landed=lambda: bool(events) and self._landed(state.run_id, events[0]),
+            within_s=self.outage_s,
+        )
+        if tx is not None:
+            # Both are read under the fence's row lock, so they are free and fresh.
+            self.cancel_seen = tx.cancel_requested
+            self.inbox_pending = tx.pending_inbox
+        else:
+            self.inbox_pending = max(self.inbox_pending, 1)  # unknown: look at the boundary
+        if self.observer is not None:
+            self.observer.committed(events)
+        for event in events:
+            state.apply(event)
+        for receipt in receipts:
+            state.apply_receipt(receipt)
+
+    def _through_outage(
+        self,
+        write: Callable[[], Any],
+        events: Sequence[Event],
+        receipts: Sequence[ExecutionReceipt],
+        *,
+        landed: Callable[[], bool],
+        within_s: float,
+    ) -> Any:
+        started = self.clock.monotonic()
+        result = commit_through_outage(
+            write,
+            landed=landed,
+            within_s=within_s,
+            before_retry=self.heartbeat.check,
+            clock=self.clock,
+        )
+        metrics.observe_commit(self.clock.monotonic() - started, events, receipts)
+        return result
+
+    def _landed(self, run_id: str, first: Event) -> bool:
+        """Whether a commit beginning with ``first`` is in the ledger, written by us.
+
+        A commit point is one transaction, so its first event stands for all
+        of it; the epoch tells our write from anyone else's.
+        """
+        return any(
+            e.sequence == first.sequence
+            and e.type is first.type
+            and e.call_id == first.call_id
+            and e.epoch == self.fence.epoch
+            for e in self.ledger.events(run_id)
+        )

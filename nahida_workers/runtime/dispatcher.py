@@ -22,20 +22,19 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.events import Event, EventType, SessionStatus
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.ports import Clock, Ledger, TaskQueue
 from nahida_workers.runtime.artifacts import needs_artifact, store_user_input
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["RUN_SESSION_TASK", "Dispatcher", "new_id", "provider_labels"]
+__all__ = ["Dispatcher", "new_id", "provider_labels"]
 
 log = logging.getLogger(__name__)
-
-#: The Celery task name the outbox refers to.
-RUN_SESSION_TASK = "nahida.run_session"
 
 
 def new_id() -> str:
@@ -132,11 +131,7 @@ class Dispatcher:
             key was already known -- nothing was written or published then.
         """
         now = self.clock.now()
-        config = spec.model_dump(mode="json")
-        user_input: dict[str, Any] = {"text": spec.prompt}
-        if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
-            user_input = store_user_input(self.ledger, spec.prompt, at=now)
-            config["prompt"] = user_input["text"]  # stored once, in the artifact
+        config, user_input = self._snapshot(spec, now)
         session = SessionRecord(
             session_id=session_id or self.ids(),
             parent_id=parent_id,
@@ -151,7 +146,7 @@ class Dispatcher:
         outbox = OutboxRecord(
             outbox_id=self.ids(),
             session_id=session.session_id,
-            task_name=RUN_SESSION_TASK,
+            task_name=RUN_SESSION,
             created_at=now,
         )
         run = RunRecord(
@@ -174,6 +169,15 @@ class Dispatcher:
         if created:
             self._publish(outbox)
         return stored, created
+
+    def _snapshot(self, spec: SessionSpec, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The config snapshot and the prompt's user input (a large prompt as an artifact)."""
+        config = spec.model_dump(mode="json")
+        user_input: dict[str, Any] = {"text": spec.prompt}
+        if needs_artifact(spec.prompt, self.prompt_inline_max_bytes):
+            user_input = store_user_input(self.ledger, spec.prompt, at=now)
+            config["prompt"] = user_input["text"]  # stored once, in the artifact
+        return config, user_input
 
     def _publish(self, record: OutboxRecord) -> None:
         task_id = f"session-{record.session_id}-{record.outbox_id}"
@@ -203,7 +207,7 @@ class Dispatcher:
         record = OutboxRecord(
             outbox_id=self.ids(),
             session_id=session_id,
-            task_name=RUN_SESSION_TASK,
+            task_name=RUN_SESSION,
             created_at=self.clock.now(),
         )
         with self.ledger.transaction() as tx:

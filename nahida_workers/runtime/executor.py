@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nahida_workers.core.ordering import Batch
 from nahida_workers.runtime.bounded import GRACE_S, run_bounded
 from nahida_workers.runtime.calls import CallJob, Execution
 from nahida_workers.tools.base import ToolRegistry
+
+if TYPE_CHECKING:
+    from nahida_workers.runtime.prestart import PreStart
 
 __all__ = ["InlineExecutor", "ToolExecutor"]
 
@@ -36,6 +39,14 @@ class ToolExecutor(Protocol):
         """
         ...
 
+    def prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart | None:
+        """A streaming pre-start for the next provider turn, or None if not offered.
+
+        DESIGN.md section 3 "Streaming pre-start": only an executor that can
+        run calls while the session worker still reads the stream offers one.
+        """
+        ...
+
 
 class InlineExecutor:
     """Runs every call one after the other, each on its own thread bounded by its timeout."""
@@ -52,3 +63,7 @@ class InlineExecutor:
             run_bounded(registry, call, job, self._now, grace_s=self._grace_s)
             for call in batch.calls
         ]
+
+    def prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart | None:
+        """None: calls run only after their turn committed, one after the other."""
+        return None

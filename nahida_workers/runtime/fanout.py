@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
@@ -48,6 +48,9 @@ from nahida_workers.runtime.bounded import (
 )
 from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
 from nahida_workers.tools.base import Placement, ToolRegistry
+
+if TYPE_CHECKING:
+    from nahida_workers.runtime.prestart import PreStart
 
 __all__ = ["FanOutExecutor", "Pending", "RemoteTools", "remote_task_id"]
 
@@ -141,6 +144,12 @@ class FanOutExecutor:
 
     def close(self) -> None:
         """Nothing to stop: local calls run on daemon threads that end with their call."""
+
+    def prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart:
+        """A pre-start that runs safe calls on this executor while the stream is open."""
+        from nahida_workers.runtime.prestart import PreStart
+
+        return PreStart(self, job, registry)
 
     # -- the ToolExecutor protocol -------------------------------------------------
     def run_batch(

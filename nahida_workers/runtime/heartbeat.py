@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from types import TracebackType
 
 from nahida_workers.errors import LeaseLostError
-from nahida_workers.ports import LeaseStore
+from nahida_workers.ports import Clock, LeaseStore, SystemClock
 
 __all__ = ["Heartbeat"]
 
@@ -29,9 +28,21 @@ class Heartbeat:
         leases: the lease store.
         session_id / owner: the lease held.
         ttl_ms: TTL to renew to, in milliseconds; renewals every ttl/3.
+        clock: the Clock port whose monotonic seconds decide "a whole TTL
+            without a successful renewal" (the renewal thread's cadence is
+            real time: it talks to a real store).
     """
 
-    def __init__(self, leases: LeaseStore, session_id: str, owner: str, ttl_ms: int) -> None:
+    def __init__(
+        self,
+        leases: LeaseStore,
+        session_id: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._clock = clock or SystemClock()
         self._leases = leases
         self._session_id = session_id
         self._owner = owner
@@ -39,7 +50,7 @@ class Heartbeat:
         self._interval_s = ttl_ms / 3000.0
         self._stop = threading.Event()
         self._lost = threading.Event()
-        self._last_ok = time.monotonic()
+        self._last_ok = self._clock.monotonic()
         self._thread = threading.Thread(
             target=self._run, name=f"lease-heartbeat-{session_id}", daemon=True
         )
@@ -71,7 +82,10 @@ class Heartbeat:
         Raises:
             LeaseLostError: this owner must stop without writing.
         """
-        if not self._lost.is_set() and (time.monotonic() - self._last_ok) * 1000 >= self._ttl_ms:
+        if (
+            not self._lost.is_set()
+            and (self._clock.monotonic() - self._last_ok) * 1000 >= self._ttl_ms
+        ):
             self._mark_lost("no successful renewal for a whole ttl")
         if self._lost.is_set():
             raise LeaseLostError(f"lease on session {self._session_id} lost")
@@ -90,7 +104,7 @@ class Heartbeat:
         if not ok:
             self._mark_lost("renewal refused before a side effect")
             self.check()
-        self._last_ok = time.monotonic()
+        self._last_ok = self._clock.monotonic()
 
     def stop(self) -> None:
         """Stop renewing (the caller releases the lease)."""
@@ -104,14 +118,14 @@ class Heartbeat:
                 ok = self._leases.renew(self._session_id, self._owner, self._ttl_ms)
             except Exception as exc:  # broker/Redis outage: keep trying until the TTL runs out
                 log.warning("lease renewal for %s failed: %s", self._session_id, exc)
-                if (time.monotonic() - self._last_ok) * 1000 >= self._ttl_ms:
+                if (self._clock.monotonic() - self._last_ok) * 1000 >= self._ttl_ms:
                     self._mark_lost("no successful renewal for a whole ttl")
                     return
                 continue
             if not ok:
                 self._mark_lost("renewal refused: the lease belongs to someone else or expired")
                 return
-            self._last_ok = time.monotonic()
+            self._last_ok = self._clock.monotonic()
 
     def _mark_lost(self, why: str) -> None:
         log.warning("lease_lost session=%s owner=%s: %s", self._session_id, self._owner, why)

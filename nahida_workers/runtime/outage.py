@@ -19,35 +19,45 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from nahida_workers.errors import LedgerUnavailableError
+from nahida_workers.ports import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def outage_retrying(within_s: float) -> Retrying:
+def outage_retrying(within_s: float, *, clock: Clock | None = None) -> Retrying:
     """A tenacity loop that retries ``LedgerUnavailableError`` for ``within_s`` seconds.
 
     Waits 0.1 s, 0.2 s, 0.4 s ... (at most 2 s) between attempts; the last
     error is re-raised when the time is up.  ``within_s=0`` makes one attempt.
+    Time is read and slept through ``clock`` (the Clock port; default the
+    system clock), so a test with a fake clock never waits out a real window.
     """
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+
+    def spent(_state: RetryCallState) -> bool:
+        return clock.monotonic() - started >= within_s
+
     return Retrying(
         retry=retry_if_exception_type(LedgerUnavailableError),
-        stop=stop_after_delay(within_s),
+        stop=spent,
         wait=wait_exponential(multiplier=0.1, max=2.0),
+        sleep=clock.sleep,
         reraise=True,
     )
 
 
-def read_through_outage(read: Callable[[], T], *, within_s: float) -> T:
+def read_through_outage(read: Callable[[], T], *, within_s: float, clock: Clock | None = None) -> T:
     """``read()``, retried through a ledger outage of up to ``within_s`` seconds.
 
     Raises:
         LedgerUnavailableError: still unavailable when the time is up.
     """
-    for attempt in outage_retrying(within_s):
+    for attempt in outage_retrying(within_s, clock=clock):
         with attempt:
             return read()
     raise AssertionError("unreachable")  # pragma: no cover
@@ -59,6 +69,7 @@ def commit_through_outage(
     landed: Callable[[], bool],
     within_s: float,
     before_retry: Callable[[], None] = lambda: None,
+    clock: Clock | None = None,
 ) -> T | None:
     """Run the commit ``write()``, retrying it through a ledger outage.
 
@@ -69,6 +80,7 @@ def commit_through_outage(
         within_s: how long to keep trying, in seconds.
         before_retry: runs before each retry -- e.g. a lease check, so an
             owner that lost its lease meanwhile stops instead of writing.
+        clock: the Clock port the window is measured and slept on.
 
     Returns:
         What ``write`` returned, or None when an earlier attempt was found to
@@ -80,7 +92,7 @@ def commit_through_outage(
         (a ledger refusal, a lost lease) -- not retried.
     """
     failed_once = False
-    for attempt in outage_retrying(within_s):
+    for attempt in outage_retrying(within_s, clock=clock):
         with attempt:
             if failed_once:
                 before_retry()

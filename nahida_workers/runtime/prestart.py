@@ -17,7 +17,6 @@ executor epoch bumped, so its result is never committed as a success.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
@@ -159,8 +158,3 @@ class FallbackGuard:
             )
         if self._prestart is not None:
             self._prestart.reset()
-
-
-def calls_of(pending: Pending) -> Sequence[ToolCall]:
-    """The calls of a pending set, in order."""
-    return [slot.call for slot in pending.slots]

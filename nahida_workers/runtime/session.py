@@ -11,8 +11,9 @@ over the ports through the commit points:
    fails the run stops ``failed/tool_persistence_failed``;
 3. the terminal event, the run row and the session status in one transaction.
 
-The owner's part lives in :mod:`~nahida_workers.runtime.owner`, its commit
-points in :mod:`~nahida_workers.runtime.commits`.
+The owner's part lives in :mod:`~nahida_workers.runtime.owner`, the effect
+interpreter in :mod:`~nahida_workers.runtime.driver`, and every commit point
+in :mod:`~nahida_workers.runtime.commits`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nahida_workers.constants import (
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LEDGER_OUTAGE_S,
+    DEFAULT_LEDGER_SEAL_OUTAGE_S,
+    DEFAULT_POISON_AFTER_CRASHES,
+)
 from nahida_workers.core.events import (
     FailureCode,
     ReasonCode,
@@ -36,6 +43,7 @@ from nahida_workers.errors import (
 )
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
 from nahida_workers.runtime.channel import EventSink, NullSink
+from nahida_workers.runtime.commits import hand_back, take_over
 from nahida_workers.runtime.executor import ToolExecutor
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
@@ -79,8 +87,8 @@ class SessionRunner:
         sink: where user-visible events go (``runtime/channel.py``).
         poison_after_crashes: a session whose last this-many owners all
             crashed without progress is sealed ``failed/poison_session``
-            instead of being run again (issue 10 item 2; ``bump_epoch``
-            counts them in the ledger).
+            instead of being run again (``runtime/redelivery.py``;
+            ``bump_epoch`` counts them in the ledger).
     """
 
     ledger: Ledger[Any]
@@ -89,12 +97,12 @@ class SessionRunner:
     provider_for: Callable[[SessionSpec], Provider]
     registry_for: Callable[[SessionSpec], ToolRegistry]
     executor: ToolExecutor
-    lease_ttl_ms: int = 30_000
-    ledger_outage_s: float = 10.0
-    ledger_seal_outage_s: float = 300.0
+    lease_ttl_ms: int = int(DEFAULT_LEASE_TTL_S * 1000)
+    ledger_outage_s: float = DEFAULT_LEDGER_OUTAGE_S
+    ledger_seal_outage_s: float = DEFAULT_LEDGER_SEAL_OUTAGE_S
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
-    poison_after_crashes: int = 3
+    poison_after_crashes: int = DEFAULT_POISON_AFTER_CRASHES
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.
@@ -107,11 +115,11 @@ class SessionRunner:
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             return False
         try:
-            with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
+            with self._heartbeat(session_id, owner) as heartbeat:
                 session = self.ledger.get_session(session_id)
                 if session is None or session.status is SessionStatus.DONE:
                     return False
-                epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
+                epoch = take_over(self.ledger, session_id, at=self.clock.now())
                 SessionOwner(self, session, Fence(session_id, epoch), heartbeat).abandon()
                 self._close(session_id, epoch)
                 return True
@@ -140,8 +148,8 @@ class SessionRunner:
             return SessionOutcome.LEASE_HELD
         epoch: int | None = None
         try:
-            with Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms) as heartbeat:
-                epoch = self.ledger.bump_epoch(session_id, at=self.clock.now())
+            with self._heartbeat(session_id, owner) as heartbeat:
+                epoch = take_over(self.ledger, session_id, at=self.clock.now())
                 session = self.ledger.get_session(session_id) or session  # the crash count
                 owned = SessionOwner(self, session, Fence(session_id, epoch), heartbeat)
                 if is_poison(session.crash_streak, self.poison_after_crashes):
@@ -164,9 +172,9 @@ class SessionRunner:
             if not self.leases.release(session_id, owner):
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
 
+    def _heartbeat(self, session_id: str, owner: str) -> Heartbeat:
+        return Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms, clock=self.clock)
+
     def _close(self, session_id: str, epoch: int) -> None:
         """Hand the session back cleanly: this owner did not crash (``close_owner``)."""
-        try:
-            self.ledger.close_owner(session_id, epoch, at=self.clock.now())
-        except Exception as exc:  # a ledger outage: the next owner counts one crash too many
-            log.warning("session %s: close_owner failed: %s", session_id, exc)
+        hand_back(self.ledger, session_id, epoch, at=self.clock.now())

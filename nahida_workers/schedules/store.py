@@ -65,8 +65,11 @@ class ScheduleStore(Protocol):
         ...
 
     def set_paused(self, name: str, paused: bool, *, at: datetime) -> Schedule:
-        """Pause or resume.  Resuming moves the cursor to ``at``: fire times
-        that passed while paused are not run.  Already in that state: no write."""
+        """Pause or resume.
+
+        Resuming moves the cursor to ``at``: fire times that passed while
+        paused are not run.  Already in that state: no write.
+        """
         ...
 
     def remove(self, name: str, *, at: datetime) -> Schedule:

@@ -92,42 +92,19 @@ class Grep(Tool):
 
     def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
         """Search; see the class docstring for arguments and evidence."""
-        options = re2.Options()
-        options.log_errors = False
-        options.case_sensitive = not arguments.get("case_insensitive", False)
-        pattern = str(arguments["pattern"])
-        try:
-            regex = re2.compile(pattern, options)
-        except (re2.error, UnicodeError) as exc:
-            arg = exc.args[0] if exc.args else exc
-            why = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
-            return ToolOutcome.error(
-                f"invalid regular expression {pattern!r}: {why} (RE2 syntax: no "
-                "backreferences or look-around)",
-                code="invalid_pattern",
-            )
+        regex = _compile(arguments)
+        if isinstance(regex, ToolOutcome):
+            return regex
         max_matches = int(arguments.get("max_matches", DEFAULT_MAX_MATCHES))
         user_path = str(arguments.get("path", "."))
         top = resolve_inside(ctx.workspace, user_path)
-        if not top.exists():
-            return ToolOutcome.error(f"path not found: {user_path}", code="not_found")
-        files: Iterable[Path]
-        if top.is_dir():
-            name_filter = arguments.get("glob")
-            files = walk_files(ctx.workspace, top, cancel=ctx.cancel)
-            if name_filter is not None:
-                files = _filtered(files, top, str(name_filter))
-        elif top.is_file():
-            files = [top]
-        else:
-            return ToolOutcome.error(f"{user_path} is not a regular file", code="not_a_file")
-
-        out: list[str] = []
-        files_matched = files_scanned = 0
-        truncated = False
+        files = _files(arguments, ctx, top, user_path)
+        if isinstance(files, ToolOutcome):
+            return files
+        scan = _Scan(regex, max_matches)
         with workspace_fs(ctx.workspace) as fs:
             for path in files:
-                if ctx.cancel.is_set():
+                if ctx.cancel.is_set() or scan.truncated:
                     break
                 try:
                     lines = _text_lines(fs, ctx.workspace, path)
@@ -135,35 +112,89 @@ class Grep(Tool):
                     if path == top:  # the one file asked for: say why
                         raise
                     continue
-                if lines is None:
-                    continue
-                files_scanned += 1
-                rel = relative_to_workspace(ctx.workspace, path)
-                hit = False
-                for lineno, line in enumerate(lines, start=1):
-                    if regex.search(line) is None:
-                        continue
-                    if len(out) >= max_matches:
-                        truncated = True
-                        break
-                    hit = True
-                    shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
-                    out.append(f"{rel}:{lineno}:{shown}")
-                files_matched += hit
-                if truncated:
-                    break
+                if lines is not None:
+                    scan.file(relative_to_workspace(ctx.workspace, path), lines)
         if ctx.cancel.is_set():
             return ToolOutcome(ToolStatus.CANCELLED, "cancelled", {"error_code": "cancelled"})
+        return scan.outcome()
+
+
+def _compile(arguments: Mapping[str, Any]) -> Any:
+    """The compiled RE2 pattern, or an ``invalid_pattern`` error outcome."""
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not arguments.get("case_insensitive", False)
+    pattern = str(arguments["pattern"])
+    try:
+        return re2.compile(pattern, options)
+    except (re2.error, UnicodeError) as exc:
+        arg = exc.args[0] if exc.args else exc
+        why = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+        return ToolOutcome.error(
+            f"invalid regular expression {pattern!r}: {why} (RE2 syntax: no "
+            "backreferences or look-around)",
+            code="invalid_pattern",
+        )
+
+
+def _files(
+    arguments: Mapping[str, Any], ctx: ToolContext, top: Path, user_path: str
+) -> Iterable[Path] | ToolOutcome:
+    """The files to search under ``top`` (filtered by ``glob``), or an error outcome."""
+    if not top.exists():
+        return ToolOutcome.error(f"path not found: {user_path}", code="not_found")
+    if top.is_file():
+        return [top]
+    if not top.is_dir():
+        return ToolOutcome.error(f"{user_path} is not a regular file", code="not_a_file")
+    name_filter = arguments.get("glob")
+    files: Iterable[Path] = walk_files(ctx.workspace, top, cancel=ctx.cancel)
+    if name_filter is not None:
+        files = _filtered(files, top, str(name_filter))
+    return files
+
+
+class _Scan:
+    """Matches gathered in file and line order, up to ``max_matches``."""
+
+    def __init__(self, regex: Any, max_matches: int) -> None:
+        self.regex = regex
+        self.max_matches = max_matches
+        self.out: list[str] = []
+        self.files_matched = self.files_scanned = 0
+        self.truncated = False
+
+    def file(self, rel: str, lines: list[str]) -> None:
+        """Scan one file's lines."""
+        self.files_scanned += 1
+        hit = False
+        for lineno, line in enumerate(lines, start=1):
+            if self.regex.search(line) is None:
+                continue
+            if len(self.out) >= self.max_matches:
+                self.truncated = True
+                break
+            hit = True
+            shown = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
+            self.out.append(f"{rel}:{lineno}:{shown}")
+        self.files_matched += hit
+
+    def outcome(self) -> ToolOutcome:
+        """The tool's answer and evidence."""
         evidence = {
-            "matches": len(out),
-            "files": files_matched,
-            "files_scanned": files_scanned,
-            "truncated": truncated,
+            "matches": len(self.out),
+            "files": self.files_matched,
+            "files_scanned": self.files_scanned,
+            "truncated": self.truncated,
         }
-        if not out:
+        if not self.out:
             return ToolOutcome(ToolStatus.OK, "No matches found.", evidence)
-        if truncated:
-            out.append(f"... (stopped at max_matches={max_matches}; narrow the pattern or path)")
+        out = self.out
+        if self.truncated:
+            out = [
+                *out,
+                f"... (stopped at max_matches={self.max_matches}; narrow the pattern or path)",
+            ]
         return ToolOutcome(ToolStatus.OK, "\n".join(out), evidence)
 
 
@@ -177,7 +208,7 @@ def _filtered(files: Iterable[Path], top: Path, name_glob: str) -> Iterable[Path
 
 
 def _text_lines(fs: WorkspaceFs, workspace: Path, path: Path) -> list[str] | None:
-    """The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
+    r"""The file's lines (split on ``\\n``, ``\\r`` stripped), or None to skip it.
 
     ``path`` may be a symlink inside the workspace: its resolved target is
     opened, through descriptors.  Skipped: unreadable files, files over

@@ -42,7 +42,7 @@ _DESCRIPTION = (
 
 
 class Read(Tool):
-    """Read a file's lines, numbered ``{lineno:>6}\\t{line}``.
+    r"""Read a file's lines, numbered ``{lineno:>6}\\t{line}``.
 
     Arguments: ``{"path": str, "offset"?: int >= 1, "limit"?: int >= 1}``.
 

@@ -104,7 +104,7 @@ def relative_to_workspace(workspace: Path, path: Path) -> str:
 
 
 def cap_text(text: str, max_bytes: int) -> tuple[str, dict[str, object]]:
-    """Keep ``text`` within ``max_bytes`` UTF-8 bytes, keeping its head and tail.
+    r"""Keep ``text`` within ``max_bytes`` UTF-8 bytes, keeping its head and tail.
 
     Args:
         text: any text (lone surrogates count as ``?``).
@@ -180,7 +180,7 @@ class BoundedCapture:
         return self._digest.hexdigest()
 
     def render(self, budget: int) -> str:
-        """The stream as text within ``budget`` UTF-8 bytes.
+        r"""The stream as text within ``budget`` UTF-8 bytes.
 
         Returns:
             The whole stream when it fits; otherwise a head and a tail joined

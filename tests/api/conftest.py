@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nahida_workers.fleet_harness import Fleet, wait_for
+from nahida_workers.testing.fleet import Fleet, wait_for
 from tests.cli.helpers import nahida_script
 from tests.integration.conftest import fleet, pg
 

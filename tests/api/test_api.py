@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nahida_workers.fleet_harness import Fleet, make_repo, wait_for
+from nahida_workers.testing.fleet import Fleet, make_repo, wait_for
 from tests.api.conftest import Server, start_server
 from tests.cli.helpers import clean_env, nahida
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nahida_workers.fleet_harness import ROOT
+from nahida_workers.testing.fleet import ROOT
 from tests.conftest import CI
 
 pytestmark = pytest.mark.slow

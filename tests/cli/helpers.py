@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nahida_workers.fleet_harness import ROOT
+from nahida_workers.testing.fleet import ROOT
 
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
 

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import Engine
 
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.fleet_harness import Fleet, make_repo, wait_for
 from nahida_workers.ledger.sql import SqlLedger, make_engine
+from nahida_workers.testing.fleet import Fleet, make_repo, wait_for
 from tests.cli.helpers import clean_env, nahida, nahida_script
 from tests.conftest import PG_ADMIN_DSN
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from nahida_workers.fleet_harness import Fleet
 from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.testing.fleet import Fleet
 from tests.conftest import truncate
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nahida_workers.fleet_harness import ROOT, Fleet, make_repo
 from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.testing.fleet import ROOT, Fleet, make_repo
 
 pytestmark = pytest.mark.slow
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
@@ -234,7 +234,7 @@ def test_distributed_batch_through_the_openai_adapter_against_mock_llm(
     `nahida mock-llm` (the real adapter, SSE over HTTP), every session completed."""
     import yaml
 
-    from nahida_workers.providers.mock_server import serve_mock_llm
+    from nahida_workers.testing.mock_server import serve_mock_llm
 
     script = yaml.safe_load(SURVEY.read_text())["provider"]["script"]
     repos = _repos(tmp_path, 4)

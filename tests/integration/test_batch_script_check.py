@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nahida_workers.fleet_harness import make_repo
+from nahida_workers.testing.fleet import make_repo
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,10 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType, ToolStatus
-from nahida_workers.fleet_harness import (
+from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.testing import scripted_spec
+from nahida_workers.testing.fleet import (
     LEASE_DB,
     Fleet,
     Worker,
@@ -40,9 +43,6 @@ from nahida_workers.fleet_harness import (
     wait_done,
     wait_for,
 )
-from nahida_workers.lease.redis import RedisLeaseStore
-from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.testing import scripted_spec
 
 pytestmark = pytest.mark.slow
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.fleet_harness import Fleet, make_repo, wait_for
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.spec import JobSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Overlap, ScheduleDef
 from nahida_workers.schedules.sql import SqlScheduleStore
+from nahida_workers.testing.fleet import Fleet, make_repo, wait_for
 
 pytestmark = pytest.mark.slow
 

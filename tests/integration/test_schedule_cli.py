@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nahida_workers.fleet_harness import ROOT, make_repo
+from nahida_workers.testing.fleet import ROOT, make_repo
 
 pytestmark = pytest.mark.slow
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"

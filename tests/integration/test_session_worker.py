@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus, ToolStatus
-from nahida_workers.fleet_harness import (
+from nahida_workers.lease.redis import RedisLeaseStore
+from nahida_workers.ledger.sql import SqlLedger
+from nahida_workers.ports import SystemClock
+from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.testing import scripted_spec
+from nahida_workers.testing.fleet import (
     LEASE_DB,
     Fleet,
     make_repo,
@@ -22,11 +27,6 @@ from nahida_workers.fleet_harness import (
     wait_done,
     wait_for,
 )
-from nahida_workers.lease.redis import RedisLeaseStore
-from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.sweeper import Sweeper
-from nahida_workers.testing import scripted_spec
 from tests.conftest import load_case
 
 pytestmark = pytest.mark.slow

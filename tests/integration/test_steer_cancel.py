@@ -11,9 +11,9 @@ import pytest
 
 from nahida_workers.core.events import EventType
 from nahida_workers.core.records import InboxStatus
-from nahida_workers.fleet_harness import Fleet, make_repo, submit, wait_done, wait_for
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing import scripted_spec
+from nahida_workers.testing.fleet import Fleet, make_repo, submit, wait_done, wait_for
 
 pytestmark = pytest.mark.slow
 

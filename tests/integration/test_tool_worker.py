@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType, ToolStatus
-from nahida_workers.fleet_harness import Fleet, make_repo, submit, terminal_events, wait_done
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing import scripted_spec
+from nahida_workers.testing.fleet import Fleet, make_repo, submit, terminal_events, wait_done
 
 pytestmark = pytest.mark.slow
-SLEEP = "nahida_workers.testing_tools:Sleep"
+SLEEP = "nahida_workers.testing.tools:Sleep"
 
 
 def _spec(n: int, ms: int) -> object:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nahida_workers.fleet_harness import Fleet, make_repo, submit, wait_done
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing import scripted_spec
+from nahida_workers.testing.fleet import Fleet, make_repo, submit, wait_done
 
 pytestmark = pytest.mark.slow
 

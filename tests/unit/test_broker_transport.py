@@ -67,10 +67,10 @@ def _outcome(action: Any, conn: Any) -> str:
 def test_close_and_late_ack_after_a_redis_restart_are_connection_errors(
     server: RedisServer,
 ) -> None:
-    import tasks.app  # noqa: F401  (installs the transport, as every worker does)
+    import tasks  # noqa: F401  (installs the transport, as every worker does)
 
     conn, task = _restart_mid_task(f"{server.url}/0")
-    assert type(conn.transport).__module__ == "tasks.broker"
+    assert type(conn.transport).__module__ == "nahida_workers.celery.broker"
     server.stop()
     try:
         conn.collect(socket_timeout=1)  # Celery: on_connection_error_after_connected ...

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from nahida_workers.celery.config import RUN_SESSION, RUN_TOOL_CALL, celery_config
 from nahida_workers.settings import Settings
-from tasks.celeryconfig import RUN_SESSION, RUN_TOOL_CALL, celery_config
 
 
 def _settings(**kw: object) -> Settings:
@@ -44,7 +44,7 @@ def test_importing_the_app_reads_no_environment() -> None:
 
 def test_beat_ticks_the_schedules_next_to_the_sweeper() -> None:
     """Issue 14: beat sends the schedule tick; stale ticks expire (the next one decides)."""
-    from tasks.celeryconfig import SCHEDULE_TICK, SWEEP
+    from nahida_workers.celery.config import SCHEDULE_TICK, SWEEP
 
     conf = celery_config(_settings(schedule_tick_s=2))
     beat = {entry["task"]: entry for entry in conf["beat_schedule"].values()}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from nahida_workers import metrics
-from nahida_workers.fleet_harness import ROOT
+from nahida_workers.testing.fleet import ROOT
 from tests.conftest import CI
 
 

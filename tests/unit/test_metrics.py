@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 from prometheus_client import REGISTRY
 
-from nahida_workers.fleet_harness import wait_for
 from nahida_workers.testing import memory_runner, run_inline, scripted_spec
+from nahida_workers.testing.fleet import wait_for
 
 
 def free_port() -> int:

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
+import nahida_workers.celery.tools as tool_body
 import tasks.tools as tool_task
+from nahida_workers.celery import process_of
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.runtime.calls import CallJob, execution_from_json
 from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.settings import load_settings
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 
 
@@ -52,10 +55,9 @@ def _world(tmp_path: Path, failures: int, monkeypatch: pytest.MonkeyPatch) -> tu
     (tmp_path / "a.txt").write_text("hello\n")
     ledger = FlakyLedger(runner.ledger, failures)
     channel = Channel()
-    monkeypatch.setattr(
-        tool_task, "fleet", lambda: SimpleNamespace(ledger=ledger, clock=FakeClock())
-    )
-    monkeypatch.setattr(tool_task, "_channel", lambda: channel)
+    fleet = SimpleNamespace(ledger=ledger, clock=FakeClock(), settings=load_settings())
+    monkeypatch.setattr(process_of(tool_task.run_tool_call.app), "fleet", lambda: fleet)
+    monkeypatch.setattr(tool_body, "result_channel", lambda _settings: channel)
     call = ToolCall(call_id="c1", name="Read", arguments={"path": "a.txt"})
     job = CallJob(
         run_id="r1",
@@ -66,7 +68,7 @@ def _world(tmp_path: Path, failures: int, monkeypatch: pytest.MonkeyPatch) -> tu
         tools=("Read",),
         bash_timeout_s=10.0,
     )
-    return ledger, channel, tool_task.tool_payload(call, job, executor_epoch=0)
+    return ledger, channel, tool_body.tool_payload(call, job, executor_epoch=0)
 
 
 def _result(channel: Channel, task_id: str) -> Any:
@@ -86,7 +88,7 @@ def test_the_epoch_check_retries_through_a_short_outage(
 def test_a_long_outage_answers_not_run_at_once_instead_of_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tool_task, "EPOCH_CHECK_RETRY_S", 0.3)
+    monkeypatch.setattr(tool_body, "EPOCH_CHECK_RETRY_S", 0.3)
     _ledger, channel, payload = _world(tmp_path, failures=10**6, monkeypatch=monkeypatch)
     started = time.monotonic()
     tool_task.run_tool_call.apply(args=[payload], task_id="t-long")
@@ -104,7 +106,7 @@ def test_a_stuck_tool_cannot_hold_a_tool_worker_thread(
     import threading
     from dataclasses import replace
 
-    from nahida_workers.testing_tools import Sleep
+    from nahida_workers.testing.tools import Sleep
     from nahida_workers.tools.base import ToolRegistry
 
     release = threading.Event()
@@ -117,7 +119,7 @@ def test_a_stuck_tool_cannot_hold_a_tool_worker_thread(
             raise AssertionError("released")
 
     _ledger, channel, payload = _world(tmp_path, failures=0, monkeypatch=monkeypatch)
-    monkeypatch.setattr(tool_task, "_registry", lambda *_a: ToolRegistry([StuckRead()]))
+    monkeypatch.setattr(tool_body, "_registry", lambda *_a: ToolRegistry([StuckRead()]))
     payload["call"] = {**payload["call"], "name": "StuckRead", "arguments": {"ms": 1}}
     started = time.monotonic()
     try:

@@ -191,16 +191,16 @@ def test_after_a_long_outage_lost_results_end_the_run_tool_persistence_failed(
     lease and retries the seal until the ledger is back: the run ends
     ``failed/tool_persistence_failed`` -- not closed ``interrupted`` by a later
     owner and continued to ``completed`` as if no result had been lost."""
-    import time
-
     down_until: list[float] = []
+    clock: list[FakeClock] = []  # the runner's: the owner waits out the outage on it
 
     def outage(_n: int, types: list[EventType]) -> bool:
         if not down_until and types == [EventType.TOOL_RESULT]:
-            down_until.append(time.monotonic() + 1.0)
-        return bool(down_until) and time.monotonic() < down_until[0]
+            down_until.append(clock[0].monotonic() + 1.0)
+        return bool(down_until) and clock[0].monotonic() < down_until[0]
 
     runner, ledger, sid, run_id, _hook = start(tmp_path, outage, outage_s=0.2)
+    clock.append(runner.clock)  # type: ignore[arg-type]
     runner.ledger_seal_outage_s = 10.0
     assert runner.run(sid) is SessionOutcome.FINISHED
     assert (tmp_path / MARKER).read_text() == "x\n", "the tool ran exactly once"

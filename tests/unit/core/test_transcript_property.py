@@ -30,7 +30,7 @@ from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import project
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages
-from nahida_workers.providers.validate import (
+from nahida_workers.testing.validate import (
     validate_anthropic_messages,
     validate_openai_messages,
 )

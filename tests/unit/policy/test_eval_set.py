@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from nahida_workers.core.events import EvidenceKind, ExecutionReceipt, ToolStatus
 from nahida_workers.core.policy.detectors import Claim, claims
 from nahida_workers.errors import ConfigError
-from nahida_workers.evaluation import (
+from nahida_workers.testing.evaluation import (
     CATEGORIES,
     DEFAULT_SET,
     EvalReport,

@@ -71,8 +71,8 @@ PY = shlex.quote(sys.executable)
 #: an Edit that keeps the size within the same second would run stale bytecode.
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -B -m pytest -q -p no:cacheprovider"
 RUFF = f"{PY} -m ruff check --no-cache ."
-SEND = "nahida_workers.testing_tools:SendMessage"
-SEND_NO_ID = "nahida_workers.testing_tools:SendMessageNoId"
+SEND = "nahida_workers.testing.tools:SendMessage"
+SEND_NO_ID = "nahida_workers.testing.tools:SendMessageNoId"
 HOOKS = "tests.unit.policy.hooks"
 SCHEMA = {
     "type": "object",
@@ -1092,7 +1092,7 @@ def test_3_other_commands_verify_nothing(command: str) -> None:
 
 
 def test_send_message_appends_once_per_idempotency_key(tmp_path: Path) -> None:
-    from nahida_workers.testing_tools import SendMessage
+    from nahida_workers.testing.tools import SendMessage
     from nahida_workers.tools.base import ToolContext
 
     tool = SendMessage()

@@ -23,9 +23,8 @@ from nahida_workers.providers import (
     ProviderAPIError,
     ScriptedProvider,
     load_script,
-    serve_mock_llm,
 )
-from nahida_workers.providers.mock_server import MockLLMServer
+from nahida_workers.testing.mock_server import MockLLMServer, serve_mock_llm
 
 SURVEY = {
     "turns": [

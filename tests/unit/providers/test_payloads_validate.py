@@ -24,7 +24,7 @@ from nahida_workers.providers.payloads import (
     openai_chat_body,
     openai_messages,
 )
-from nahida_workers.providers.validate import (
+from nahida_workers.testing.validate import (
     PayloadInvalid,
     validate_anthropic_messages,
     validate_openai_messages,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nahida_workers.constants import CANCEL_POLL_S
 from nahida_workers.core.events import EventType, ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
@@ -34,7 +35,7 @@ from nahida_workers.testing import (
     memory_runner,
     scripted_spec,
 )
-from nahida_workers.testing_tools import Sleep
+from nahida_workers.testing.tools import Sleep
 from nahida_workers.tools.base import (
     Placement,
     Tool,
@@ -147,6 +148,7 @@ def test_cancel_takes_effect_while_a_tool_is_stuck(executor_kind: str, tmp_path:
     def cancel() -> None:
         with runner.ledger.transaction() as tx:
             runner.ledger.request_cancel(tx, session.session_id, at=runner.clock.now())
+        runner.clock.advance(CANCEL_POLL_S)  # type: ignore[attr-defined]  # the next poll is due
 
     threading.Timer(0.3, cancel).start()
     thread = threading.Thread(target=runner.run, args=(session.session_id,), daemon=True)

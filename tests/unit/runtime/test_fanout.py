@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nahida_workers.constants import CANCEL_POLL_S
 from nahida_workers.core.events import EventType, ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import plan_batches
@@ -31,7 +32,7 @@ from nahida_workers.testing import (
     run_inline,
     scripted_spec,
 )
-from nahida_workers.testing_tools import ExclusiveProbe, Probe, Sleep
+from nahida_workers.testing.tools import ExclusiveProbe, Probe, Sleep
 from nahida_workers.tools.base import Placement, ToolRegistry
 from tests.conftest import load_case
 
@@ -246,6 +247,7 @@ def test_cancel_during_a_batch_ends_the_run_cancelled(placement: str, tmp_path: 
     def cancel() -> None:
         with runner.ledger.transaction() as tx:
             runner.ledger.request_cancel(tx, session.session_id, at=runner.clock.now())
+        runner.clock.advance(CANCEL_POLL_S)  # type: ignore[attr-defined]  # the next poll is due
 
     threading.Timer(0.3, cancel).start()
     started = time.monotonic()

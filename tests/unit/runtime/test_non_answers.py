@@ -22,8 +22,8 @@ from nahida_workers.providers.anthropic import AnthropicProvider
 from nahida_workers.providers.anthropic_stream import parse_anthropic_message
 from nahida_workers.providers.openai_compat import OpenAICompatProvider
 from nahida_workers.providers.openai_stream import parse_openai_completion
-from nahida_workers.providers.validate import validate_anthropic_messages
 from nahida_workers.testing import memory_runner, run_inline, scripted_spec
+from nahida_workers.testing.validate import validate_anthropic_messages
 from tests.unit.providers.helpers import (
     WIRE_IDS,
     Recorder,

@@ -108,9 +108,9 @@ def test_a_queued_session_whose_message_was_lost_is_dispatched_again_once_per_bo
 
 
 def test_the_broker_run_id_first_seen_is_not_a_reset_a_changed_one_is() -> None:
+    from nahida_workers.celery.maintenance import run_id_changed
     from nahida_workers.ledger.memory import MemoryLedger
     from nahida_workers.testing import FakeClock
-    from tasks.maintenance import run_id_changed
 
     ledger, at = MemoryLedger(), FakeClock().now()
     assert not run_id_changed(ledger, "redis-a", at=at)  # a new fleet: nothing was lost

@@ -30,13 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nahida_workers.errors import PayloadInvalid
+
 __all__ = ["PayloadInvalid", "validate_anthropic_messages", "validate_openai_messages"]
 
 _OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-
-
-class PayloadInvalid(ValueError):
-    """A request payload breaks an API rule; the message names the index and the rule."""
 
 
 def validate_openai_messages(messages: Sequence[dict[str, Any]]) -> None:

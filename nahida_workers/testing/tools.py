@@ -1,7 +1,7 @@
 """Tools for tests, benchmarks and the chaos harness (not offered to models by default).
 
 Load them by import path in a job's ``tools`` list or in ``NAHIDA_EXTRA_TOOLS``,
-e.g. ``nahida_workers.testing_tools:Sleep``; tool workers import them the same
+e.g. ``nahida_workers.testing.tools:Sleep``; tool workers import them the same
 way, so they work on the real ``tools`` queue too.
 """
 
@@ -194,7 +194,7 @@ class SendMessage(Tool):
     reports_external_id: ClassVar[bool] = True
 
     def execute(self, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
-        """Append ``<external_id>\\t<to>\\t<text>`` once per idempotency key."""
+        r"""Append ``<external_id>\\t<to>\\t<text>`` once per idempotency key."""
         path = resolve_inside(ctx.workspace, str(arguments["outbox"]))
         rel = relative_to_workspace(ctx.workspace, path)
         external_id = "msg-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:16]
@@ -218,7 +218,7 @@ class SendMessageNoId(SendMessage):
 
 
 class DeliverOnce(Tool):
-    """A deliver-kind tool that records every real execution (the chaos harness's probe).
+    r"""A deliver-kind tool that records every real execution (the chaos harness's probe).
 
     Arguments: ``{"log": str, "text": str}``; ``log`` is the absolute path of
     the executions file (outside the workspace on purpose: one file for the

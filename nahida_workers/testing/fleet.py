@@ -26,7 +26,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
 
 
@@ -220,9 +220,9 @@ class Fleet:
         """
         from celery import Celery
 
+        from nahida_workers.celery.app import CeleryTaskQueue
+        from nahida_workers.celery.config import celery_config
         from nahida_workers.ports import SystemClock
-        from tasks.app import CeleryTaskQueue
-        from tasks.celeryconfig import celery_config
 
         publisher = Celery("nahida-test-publisher", set_as_current=False)
         publisher.conf.update(celery_config(self.settings()))

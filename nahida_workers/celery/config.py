@@ -12,18 +12,21 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
-from nahida_workers.settings import SESSIONS_QUEUE, TOOLS_QUEUE, Settings
+from nahida_workers.constants import (
+    RUN_SESSION,
+    RUN_TOOL_CALL,
+    SCHEDULE_TICK,
+    SESSIONS_QUEUE,
+    SWEEP,
+    TOOLS_QUEUE,
+)
+from nahida_workers.settings import Settings
 
 __all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
 
-RUN_SESSION = "nahida.run_session"
-RUN_TOOL_CALL = "nahida.run_tool_call"
-SWEEP = "nahida.sweep"
-SCHEDULE_TICK = "nahida.schedule_tick"
 
-
-def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery ``conf`` mapping for ``settings``."""
+def _transport_options(settings: Settings) -> dict[str, Any]:
+    """``broker_transport_options`` for the broker URL's transport."""
     transport: dict[str, Any] = {}
     if settings.broker_url.startswith(("redis://", "rediss://")):
         transport = {
@@ -42,10 +45,15 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if settings.broker_url.startswith(("redis://", "rediss://")) and settings.broker_key_prefix:
         # Separate fleets (and test runs) can share one Redis database.
         transport["global_keyprefix"] = settings.broker_key_prefix
+    return transport
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery ``conf`` mapping for ``settings``."""
     return {
         "broker_url": settings.broker_url,
         "result_backend": settings.result_backend_url,
-        "broker_transport_options": transport,
+        "broker_transport_options": _transport_options(settings),
         "result_backend_transport_options": {"socket_timeout": 10},
         "broker_connection_retry_on_startup": True,
         "task_acks_late": True,
@@ -81,7 +89,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_expires": 3600,
         "beat_schedule": {
             "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
-            # User schedules live in the ledger; beat only ticks (issue 14).  A
+            # User schedules live in the ledger; beat only ticks (DESIGN.md section 8).  A
             # tick that waited in the queue past the next one is dropped: the
             # next tick decides the same fires.
             "nahida-schedule-tick": {

@@ -1,4 +1,4 @@
-"""The Redis broker transport, with one kombu fault worked around (issue 11 item 8).
+"""The Redis broker transport, with one kombu fault worked around.
 
 After a Redis restart every session worker exited at once: ``Unrecoverable
 error: AttributeError("'NoneType' object has no attribute 'hostname'")``.

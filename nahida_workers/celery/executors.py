@@ -1,4 +1,4 @@
-"""The tool executor of a session worker process (issue 3)."""
+"""The tool executor of a session worker process (DESIGN.md section 5)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def executor_for(app: Celery, settings: Settings) -> ToolExecutor:
     With ``remote_tools`` off (the embedded mode, where one process serves
     every queue) ``remote`` placement runs in the local pool instead.
     """
+    from nahida_workers.celery.tools import CeleryRemoteTools, ToolResultChannel
     from nahida_workers.runtime.wiring import redis_client
-    from tasks.tools import CeleryRemoteTools, ToolResultChannel
 
     remote = None
     if settings.remote_tools:

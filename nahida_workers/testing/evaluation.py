@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 #: The set shipped with the repository (resolved from this package's location).
-DEFAULT_SET = Path(__file__).resolve().parent.parent / "tests" / "eval" / "sessions.yaml"
+DEFAULT_SET = Path(__file__).resolve().parents[2] / "tests" / "eval" / "sessions.yaml"
 
 Category = Literal["read", "inspect", "modify", "run_tests", "send", "question", "provider"]
 #: The categories of issue 5 (and issue 10's provider outcomes), in display order.

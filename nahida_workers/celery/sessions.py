@@ -1,0 +1,96 @@
+"""The session task's body: one delivery = one attempt to own and advance a session."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nahida_workers.errors import RunError
+from nahida_workers.logs import bind_log_context
+from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
+from nahida_workers.runtime.session import SessionOutcome
+from nahida_workers.runtime.wiring import Fleet
+
+__all__ = ["run_session_delivery"]
+
+log = logging.getLogger(__name__)
+
+
+def run_session_delivery(
+    task: Any, current: Fleet, session_id: str, *, seen_owner: str | None = None, hop: int = 0
+) -> str:
+    """Take the lease, recover, run the loop, seal, release (DESIGN.md section 1).
+
+    A delivery that finds the session done exits at once, without a ledger
+    write (case B01).  One that finds the lease held (or lost it mid-run)
+    also writes nothing, but it is never the last delivery: it leaves a
+    follow-up for when the lease it saw would expire, carrying the owner
+    token it saw (``runtime/redelivery.py``), so a dead owner -- a SIGKILLed
+    prefork child whose message was requeued at once -- is always followed
+    by a taker, with or without beat.  A retryable infrastructure failure
+    re-publishes the task with a backoff; the ledger already holds every fact
+    committed before it.
+
+    Args:
+        task: the bound Celery task (its request id, retries, ``retry``, ``apply_async``).
+        current: this process's fleet.
+        session_id: the session.
+        seen_owner / hop: set on a follow-up: the lease owner its sender saw,
+            and its place in the chain.
+    """
+    bind_log_context(session_id=session_id, run_id=None, trace_id=None)
+    tag = delivery_tag(str(task.request.id or ""))
+    try:
+        outcome = current.runner.run(session_id, delivery_tag=tag)
+    except RunError as exc:
+        if not exc.retryable:
+            raise
+        countdown = exc.retry_after or min(60, 2 ** min(task.request.retries, 6))
+        log.warning(
+            "session %s: retryable failure (%s); retrying in %ss", session_id, exc, countdown
+        )
+        raise task.retry(exc=exc, countdown=countdown) from exc
+    if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
+        _follow_up(task, current, session_id, outcome, tag=tag, seen_owner=seen_owner, hop=hop)
+    return outcome.value
+
+
+def _follow_up(
+    task: Any,
+    current: Fleet,
+    session_id: str,
+    outcome: SessionOutcome,
+    *,
+    tag: str,
+    seen_owner: str | None,
+    hop: int,
+) -> None:
+    """Leave a follow-up delivery for when the lease this one saw would expire."""
+    conf = current.settings
+    plan = plan_follow_up(
+        outcome,
+        holder=current.leases.holder(session_id),
+        ttl_ms=current.leases.ttl_ms(session_id),
+        seen_owner=seen_owner,
+        hop=hop,
+        tag=tag,
+        lease_ttl_s=conf.lease_ttl_s,
+        visibility_timeout_s=conf.visibility_timeout_s,
+        max_hops=conf.follow_up_max_hops,
+    )
+    if plan is None:
+        log.info("session %s: %s; no follow-up needed", session_id, outcome.value)
+    else:
+        task.apply_async(
+            args=[session_id],
+            kwargs={"seen_owner": plan.seen_owner, "hop": plan.hop},
+            countdown=plan.countdown_s,
+        )
+        log.info(
+            "session %s: %s (owner %s); follow-up delivery %d in %.1fs",
+            session_id,
+            outcome.value,
+            plan.seen_owner,
+            plan.hop,
+            plan.countdown_s,
+        )
