@@ -92,7 +92,7 @@ def make_celery(settings: Settings | None = None, *, name: str = "nahida") -> Ce
     broker.install()
     app = Celery(name)
     process = CeleryProcess(app, settings)
-    app.nahida = process  # type: ignore[attr-defined]
+    app.nahida = process
     _processes.add(process)
     if settings is None:
         # A promise: Celery evaluates it when the configuration is first needed.
@@ -105,7 +105,7 @@ def make_celery(settings: Settings | None = None, *, name: str = "nahida") -> Ce
 
 def process_of(app: Celery) -> CeleryProcess:
     """The :class:`CeleryProcess` of an app made by :func:`make_celery`."""
-    return app.nahida  # type: ignore[attr-defined,no-any-return]
+    return app.nahida  # type: ignore[no-any-return]
 
 
 class CeleryTaskQueue:

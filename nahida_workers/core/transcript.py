@@ -49,7 +49,7 @@ def project(
     """
     ordered = list(events)
     cache: dict[tuple[object, ...], Message] = memo if memo is not None else {}
-    results = {
+    results: dict[str | None, Event] = {
         e.call_id: e for e in ordered if e.type is EventType.TOOL_RESULT and e.call_id is not None
     }
     messages: list[Message] = []
