@@ -1,0 +1,92 @@
+"""The per-repository worktree lock: ``flock`` on a file in the git common dir (case B22).
+
+Concurrent ``git worktree add`` on one repository race on ``.git/config.lock``
+and on half-written ``.git/worktrees/<name>/`` entries (B22's probe on this
+machine: 10 of 24 adds failed, each leaving a branch without a worktree).  Every
+worktree change the launcher makes in a repository holds this lock.
+
+Why a file lock and not an in-process mutex: the sessions asking for worktrees
+run in different worker processes (two parents on two prefork workers in B22).
+Why ``flock`` and not ``fcntl`` record locks: ``flock`` belongs to the open file
+description, so two threads of one process that each open the file also
+exclude each other, and the kernel releases it when its holder dies, even by
+SIGKILL: a crashed launcher never leaves the repository locked.
+
+Assumption: one host, or a shared filesystem whose ``flock`` is honoured by
+every worker that mounts it (local filesystems and NFSv4 are; some FUSE
+filesystems are not).  The lock file sits in the git *common* dir, which every
+linked worktree of the repository shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from nahida_workers.errors import WorktreeUnavailableError
+
+__all__ = ["LOCK_FILE_NAME", "repository_lock"]
+
+#: Name of the lock file inside the repository's git common dir.
+LOCK_FILE_NAME = "nahida-worktrees.lock"
+
+_FIRST_POLL_S = 0.002
+_MAX_POLL_S = 0.05
+
+
+@contextlib.contextmanager
+def repository_lock(
+    common_dir: Path,
+    *,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[None]:
+    """Hold the exclusive worktree lock of one repository for the ``with`` body.
+
+    Args:
+        common_dir: the repository's git common dir (``git rev-parse
+            --git-common-dir``, absolute), shared by all its worktrees.
+        timeout_s: longest wait in seconds; a holder stuck that long (a hung
+            git, a SIGSTOPped worker) makes this attempt fail instead of
+            waiting for ever.
+        sleep: the pause between polls (seconds); tests may pass their own.
+
+    Raises:
+        WorktreeUnavailableError: the lock file cannot be opened (read-only git
+            dir) or the lock was not free within ``timeout_s``.
+    """
+    path = common_dir / LOCK_FILE_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise WorktreeUnavailableError(f"cannot open the worktree lock {path}: {exc}") from exc
+    try:
+        _acquire(fd, path, timeout_s, sleep)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, path: Path, timeout_s: float, sleep: Callable[[float], None]) -> None:
+    # Polling with LOCK_NB rather than a blocking flock: a blocking call cannot
+    # time out without signals, and signals are not ours to take in a worker.
+    deadline = time.monotonic() + timeout_s
+    pause = _FIRST_POLL_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise WorktreeUnavailableError(
+                    f"the worktree lock {path} was held for more than {timeout_s} s"
+                ) from None
+            sleep(pause)
+            pause = min(pause * 2, _MAX_POLL_S)
