@@ -59,7 +59,9 @@ class GitCommandError(Exception):
     """
 
     def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
-        super().__init__(f"git {' '.join(args)} exited {returncode}: {stderr}")
+        lines = stderr.splitlines()
+        errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))] or lines[-1:]
+        super().__init__(f"git {' '.join(args)} exited {returncode}: {'; '.join(errors)}")
         self.args_ = tuple(args)
         self.returncode = returncode
         self.stderr = stderr

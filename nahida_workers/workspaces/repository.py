@@ -4,7 +4,9 @@
 workspace is not there on this worker or is not inside a git working tree
 (issue 13 item 6: "Workspaces must be reachable by the worker that runs the
 session").  :func:`resolve_base` gives the commit a caller records before it
-asks for a worktree, and :func:`list_worktrees` parses ``git worktree list``.
+asks for a worktree, and :func:`list_worktrees` parses ``git worktree list``
+(call it under the repository lock: it reads every registration, and fails
+while another process is writing one).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ class Repository:
             session's worktree workspace is the same subdirectory of its worktree.
         common_dir: the git dir every worktree of the repository shares
             (``.git`` of the main working tree); the lock file lives here.
-        main_root: the repository's main working tree (its bare dir for a bare
-            repository with linked worktrees); default worktree paths hang off it.
+        main_root: the repository's main working tree (the git dir itself for a
+            bare repository, or a separate git dir, seen from a linked
+            worktree); default worktree paths hang off it.
     """
 
     workspace: Path
@@ -93,30 +96,40 @@ def open_repository(workspace: Path) -> Repository:
         "--is-inside-work-tree",
         "--show-toplevel",
         "--git-common-dir",
+        "--absolute-git-dir",
         check=False,
     )
     lines = done.stdout.splitlines()
-    if done.returncode != 0 or len(lines) != 3 or lines[0] != "true":
+    if done.returncode != 0 or len(lines) != 4 or lines[0] != "true":
         reason = done.stderr.strip().splitlines()[-1:] or ["not inside a working tree"]
         raise WorkspaceUnavailableError(
             f"workspace {path} is not inside a git working tree: {reason[0]}",
             code="not_a_git_repository",
         )
-    toplevel, common_dir = Path(lines[1]), Path(lines[2])
+    toplevel, common_dir, git_dir = Path(lines[1]), Path(lines[2]), Path(lines[3])
     resolved = path.resolve()
     try:
         subdir = resolved.relative_to(toplevel.resolve())
     except ValueError:  # a symlinked workspace whose target git reports differently
         subdir = Path(".")
-    entries = list_worktrees(toplevel)
-    main_root = entries[0].path if entries else toplevel
     return Repository(
         workspace=resolved,
         toplevel=toplevel,
         subdir=subdir,
         common_dir=common_dir,
-        main_root=main_root,
+        main_root=_main_root(toplevel, git_dir, common_dir),
     )
+
+
+def _main_root(toplevel: Path, git_dir: Path, common_dir: Path) -> Path:
+    # Not from `git worktree list`: that reads every .git/worktrees/<name>/ and
+    # fails ("failed to read .../commondir") while another process is writing
+    # one, and this runs before the repository lock is taken (case B22).
+    if git_dir == common_dir:
+        return toplevel  # the workspace is in the main working tree
+    if common_dir.name == ".git":
+        return common_dir.parent  # a linked worktree of an ordinary repository
+    return common_dir  # a bare repository (or a separate git dir) with linked worktrees
 
 
 def resolve_base(repo: Repository, rev: str = "HEAD") -> str:

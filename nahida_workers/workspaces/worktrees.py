@@ -67,6 +67,8 @@ class WorktreeManager:
             session's own worktree or branch is a dead process's leftover.
         backoff_s: first retry pause, seconds; doubled per retry, plus jitter.
         sleep: how to pause (tests pass their own).
+        on_retry: called with the failure before each retry pause (metrics,
+            tests); every retry is also logged at WARNING.
         on_branch_created: fault-injection seam, called with the session id
             right after its branch was created and before its worktree is
             registered (the crash window of B22's ``variant_crash_mid_create``).
@@ -82,6 +84,7 @@ class WorktreeManager:
         stale_lock_s: float = 300.0,
         backoff_s: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
+        on_retry: Callable[[BaseException], None] | None = None,
         on_branch_created: Callable[[str], None] | None = None,
     ) -> None:
         self.root = root
@@ -91,6 +94,7 @@ class WorktreeManager:
         self.stale_lock_s = stale_lock_s
         self.backoff_s = backoff_s
         self._sleep = sleep
+        self._on_retry = on_retry
         self._on_branch_created = on_branch_created
 
     @classmethod
@@ -399,6 +403,7 @@ class WorktreeManager:
             wait=tenacity.wait_exponential(multiplier=self.backoff_s, max=self.backoff_s * 8)
             + tenacity.wait_random(0, self.backoff_s),
             sleep=self._sleep,
+            before_sleep=lambda state: self._retrying_after(state, what),
             reraise=True,
         )
         try:
@@ -406,6 +411,12 @@ class WorktreeManager:
         except (GitCommandError, OSError) as exc:
             message = f"could not {what} after {self.retries} retries: {exc}"
             raise _RetriesExhausted(message) from exc
+
+    def _retrying_after(self, state: tenacity.RetryCallState, what: str) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("retrying to %s (attempt %d failed): %s", what, state.attempt_number, error)
+        if self._on_retry is not None and error is not None:
+            self._on_retry(error)
 
 
 class _RetriesExhausted(WorktreeUnavailableError):

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from nahida_workers.errors import WorktreeUnavailableError
 from nahida_workers.workspaces import Worktree, WorktreeManager
 from tests.conftest import load_case
-from tests.integration.worktree_fleet import create_and_hang, edit_line, worker
+from tests.integration.worktree_fleet import create_and_hang, edit_line, hold_lock, worker
 from tests.unit.workspaces.gitrepo import (
     NOTES,
     assert_main_untouched,
@@ -63,6 +64,8 @@ def _run_fleet(repo: Path, plan: list[list[list[str]]]) -> list[dict[str, Any]]:
 def _assert_b22(repo: Path, rows: list[dict[str, Any]]) -> None:
     base = sh(repo, "rev-parse", "HEAD")
     assert [row for row in rows if "error" in row] == []
+    # Serialized, nahida's own git commands never collide: not even one retry.
+    assert [row["retried"] for row in rows if row["retried"]] == []
     trees = [Worktree.from_dict(row["tree"]) for row in rows]
     assert len({tree.path for tree in trees}) == len(rows)  # distinct paths
     for row, tree in zip(rows, trees, strict=True):
@@ -129,3 +132,19 @@ def test_b22_sigkill_between_branch_and_worktree_then_redelivery(repo: Path) -> 
         notes.write(edit_line(sid))
     assert WorktreeManager().finish(tree, message="edit") is not None
     assert_main_untouched(repo)
+
+
+@pytest.mark.slow
+def test_the_lock_excludes_another_process(repo: Path) -> None:
+    held, release = SPAWN.Event(), SPAWN.Event()
+    holder = SPAWN.Process(target=hold_lock, args=(repo, held, release))
+    holder.start()
+    try:
+        assert held.wait(timeout=60)
+        with pytest.raises(WorktreeUnavailableError, match="held for more than"):
+            WorktreeManager(lock_timeout_s=0.3).ensure(repo, "s-1")
+        assert session_branches(repo) == [] and registered(repo) == []
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert WorktreeManager(lock_timeout_s=5).ensure(repo, "s-1").path.is_dir()

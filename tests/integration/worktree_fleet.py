@@ -24,13 +24,14 @@ def edit_line(session_id: str) -> str:
 
 def one_child(repo: Path, session_id: str, base: str) -> dict[str, Any]:
     """A B22 editor child: get a worktree, append its own line, finish."""
-    manager = WorktreeManager()
+    failures: list[str] = []  # every git failure that was retried
+    manager = WorktreeManager(on_retry=lambda exc: failures.append(str(exc)))
     tree = manager.ensure(repo, session_id, base=base)
     head = sh(tree.path, "rev-parse", "HEAD")
     with (tree.workspace / "NOTES.md").open("a") as notes:
         notes.write(edit_line(session_id))
     sha = manager.finish(tree, message=f"Append line to NOTES.md ({session_id})")
-    return {"tree": tree.to_dict(), "head_at_create": head, "sha": sha}
+    return {"tree": tree.to_dict(), "head_at_create": head, "sha": sha, "retried": failures}
 
 
 def worker(repo: Path, rounds: list[list[str]], base: str, start: Any, results: Any) -> None:
@@ -59,3 +60,13 @@ def create_and_hang(repo: Path, session_id: str, ready: Any) -> None:
         threading.Event().wait()
 
     WorktreeManager(on_branch_created=pause).ensure(repo, session_id)
+
+
+def hold_lock(repo: Path, held: Any, release: Any) -> None:
+    """Hold the repository's worktree lock (as another worker's launcher would) until told."""
+    from nahida_workers.workspaces import open_repository
+    from nahida_workers.workspaces.lock import repository_lock
+
+    with repository_lock(open_repository(repo).common_dir, timeout_s=30):
+        held.set()
+        release.wait(timeout=60)

@@ -221,3 +221,24 @@ def test_threads_of_one_process_are_serialized_too(repo: Path) -> None:
     assert len(set(trees.values())) == 6
     assert len(registered(repo)) == 6
     assert_main_untouched(repo)
+
+
+def test_a_registration_half_written_by_another_add_is_waited_out(
+    repo: Path, sleeps: Sleeps
+) -> None:
+    # Another process's `git worktree add` between creating its commondir file
+    # and writing it: every `git worktree list/prune` fails "failed to read
+    # .git/worktrees/half/commondir" (B22's --no-track failure) until it is done.
+    half = repo / ".git" / "worktrees" / "half"
+    half.mkdir(parents=True)
+    (half / "locked").write_text("initializing")  # written first, so prune keeps it
+    (half / "gitdir").write_text(str(repo.parent / "half" / ".git") + "\n")
+    (half / "commondir").write_text("")
+
+    def other_add_finishes(seconds: float) -> None:
+        sleeps.append(seconds)
+        shutil.rmtree(half, ignore_errors=True)
+
+    tree = WorktreeManager(sleep=other_add_finishes).ensure(repo, "s-1")
+    assert len(sleeps) == 1
+    assert registered(repo) == [(str(tree.path), "refs/heads/nahida/s-1")]
