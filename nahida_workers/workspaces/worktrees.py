@@ -25,24 +25,11 @@ from typing import TYPE_CHECKING, TypeVar
 import tenacity
 
 from nahida_workers.errors import WorktreeUnavailableError
-from nahida_workers.workspaces import ops
+from nahida_workers.workspaces import attempts, ops
 from nahida_workers.workspaces.git import GitCommandError, git
 from nahida_workers.workspaces.lock import repository_lock
-from nahida_workers.workspaces.model import (
-    BASE_REF_PREFIX,
-    BRANCH_PREFIX,
-    SessionBranch,
-    Worktree,
-    base_ref,
-    branch_name,
-    worktree_path,
-)
-from nahida_workers.workspaces.repository import (
-    Repository,
-    list_worktrees,
-    open_repository,
-    resolve_base,
-)
+from nahida_workers.workspaces.model import SessionBranch, Worktree, worktree_path
+from nahida_workers.workspaces.repository import Repository, open_repository, resolve_base
 
 if TYPE_CHECKING:
     from nahida_workers.settings import Settings
@@ -137,19 +124,7 @@ class WorktreeManager:
 
         def read() -> list[SessionBranch]:
             with self._lock(info):
-                refs = ops.refs_under(info)
-                trees = {
-                    e.branch: e.path for e in list_worktrees(info.common_dir) if ops.is_healthy(e)
-                }
-            heads, bases = _HEADS + BRANCH_PREFIX, BASE_REF_PREFIX
-            ids = {r[len(heads) :] for r in refs if r.startswith(heads)}
-            ids |= {r[len(bases) :] for r in refs if r.startswith(bases)}
-            return [
-                SessionBranch(
-                    sid, refs.get(heads + sid), refs.get(bases + sid), trees.get(heads + sid)
-                )
-                for sid in sorted(ids)
-            ]
+                return attempts.session_branches(info)
 
         return self._retrying(read, what=f"list the session branches of {info.main_root}")
 
@@ -201,82 +176,26 @@ class WorktreeManager:
                 the main working tree.
         """
         info = open_repository(repo)
-        branch = branch_name(session_id)
         path = worktree_path(info, session_id, self.root)
         wanted = resolve_base(info, base) if base is not None else None
 
         def attempt() -> Worktree:
             with self._lock(info):
-                return self._ensure_once(info, session_id, branch, path, wanted)
+                return attempts.create(info, session_id, path, wanted, self._on_branch_created)
 
         try:
             return self._retrying(attempt, what=f"create the worktree of session {session_id}")
         except _RetriesExhausted:
-            self._abandon(info, session_id, branch, path)
+            self._abandon(info, session_id, path)
             raise
 
-    def _ensure_once(
-        self, info: Repository, sid: str, branch: str, path: Path, wanted: str | None
-    ) -> Worktree:
-        ops.prune(info)
-        ops.sweep_removed(path)
-        recorded = ops.read_ref(info, base_ref(sid))
-        if recorded is None:
-            recorded = wanted or resolve_base(info)
-            ops.create_ref(info, base_ref(sid), recorded, reason=f"nahida: base of session {sid}")
-        elif wanted is not None and wanted != recorded:
-            raise WorktreeUnavailableError(
-                f"session {sid} was based on {recorded}, not on the {wanted} asked for"
-            )
-        for entry in list_worktrees(info.common_dir):
-            ours = entry.branch == _HEADS + branch
-            if not ours and entry.path != path:
-                continue
-            if not ops.is_healthy(entry):
-                ops.drop_worktree(info, entry.path)  # a killed add, or a directory gone
-            elif entry.path in (info.main_root, info.toplevel) or not ours:
-                raise WorktreeUnavailableError(
-                    f"the worktree {entry.path} is on {entry.branch or 'a detached HEAD'}: "
-                    f"not a session worktree on {branch}"
-                )
-            else:
-                return self._value(info, sid, entry.path, recorded)
-        tip = ops.read_ref(info, _HEADS + branch)
-        if tip is None:
-            git(info.common_dir, "branch", "--no-track", branch, recorded)
-            if self._on_branch_created is not None:
-                self._on_branch_created(sid)
-        elif not ops.is_ancestor(info, recorded, tip):
-            raise WorktreeUnavailableError(
-                f"{branch} is at {tip}, which does not descend from the session's base {recorded}"
-            )
-        if path.exists() or path.is_symlink():
-            ops.drop_worktree(info, path)  # not registered: debris of an interrupted attempt
-        git(info.common_dir, "worktree", "add", str(path), branch)
-        return self._value(info, sid, path, recorded)
-
-    def _abandon(self, info: Repository, sid: str, branch: str, path: Path) -> None:
-        # B22 variant_create_fails: the half-created branch is deleted, but
-        # only when it holds no work (it is at its base) and no worktree has it.
+    def _abandon(self, info: Repository, sid: str, path: Path) -> None:
         try:
             with self._lock(info):
-                if any(
-                    e.branch == _HEADS + branch and ops.is_healthy(e)
-                    for e in list_worktrees(info.common_dir)
-                ):
-                    return
-                if path.exists() or path.is_symlink():
-                    ops.drop_worktree(info, path)
-                tip = ops.read_ref(info, _HEADS + branch)
-                if tip is None or tip == ops.read_ref(info, base_ref(sid)):
-                    ops.delete_ref(info, _HEADS + branch)
-                    ops.delete_ref(info, base_ref(sid))
+                attempts.abandon(info, sid, path)
         except (GitCommandError, OSError, WorktreeUnavailableError) as exc:
+            # orphans() lists what is left; a sweeper can discard it later.
             log.warning("could not clean up after session %s's worktree failed: %s", sid, exc)
-
-    def _value(self, info: Repository, sid: str, path: Path, base: str) -> Worktree:
-        workspace = path if info.subdir == Path(".") else path / info.subdir
-        return Worktree(info.workspace, sid, branch_name(sid), path, base, workspace)
 
     # -- ending -------------------------------------------------------------
 
@@ -315,12 +234,7 @@ class WorktreeManager:
 
         def once() -> None:
             with self._lock(info):
-                ops.prune(info)
-                mine = [
-                    e
-                    for e in list_worktrees(info.common_dir)
-                    if e.branch == ref or e.path == worktree.path
-                ]
+                mine = attempts.entries_of(info, worktree)
             for entry in mine:
                 if not ops.is_healthy(entry) or entry.path in (info.main_root, info.toplevel):
                     continue
@@ -333,10 +247,7 @@ class WorktreeManager:
                 ops.commit_all(entry.path, message=text)
             if not keep:
                 with self._lock(info):
-                    for entry in mine:
-                        if entry.path not in (info.main_root, info.toplevel):
-                            ops.drop_worktree(info, entry.path)
-                    ops.sweep_removed(worktree.path)
+                    attempts.remove(info, mine, worktree)
 
         self._retrying(once, what=f"finish the worktree of session {worktree.session_id}")
         tip = ops.read_ref(info, ref)
@@ -362,25 +273,11 @@ class WorktreeManager:
                 branch is checked out in the main working tree (nothing deleted).
         """
         info = open_repository(repo)
-        branch = branch_name(session_id)
         path = worktree_path(info, session_id, self.root)
 
         def once() -> None:
             with self._lock(info):
-                ops.prune(info)
-                for entry in list_worktrees(info.common_dir):
-                    if entry.branch != _HEADS + branch and entry.path != path:
-                        continue
-                    if entry.path in (info.main_root, info.toplevel):
-                        raise WorktreeUnavailableError(
-                            f"{branch} is checked out in {entry.path}: not discarded"
-                        )
-                    ops.drop_worktree(info, entry.path)
-                if path.exists() or path.is_symlink():
-                    ops.drop_worktree(info, path)
-                ops.sweep_removed(path)
-                ops.delete_ref(info, _HEADS + branch)
-                ops.delete_ref(info, base_ref(session_id))
+                attempts.discard(info, session_id, path)
 
         self._retrying(once, what=f"discard the worktree of session {session_id}")
 
