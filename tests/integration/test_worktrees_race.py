@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,19 @@ def test_the_lock_excludes_another_process(repo: Path) -> None:
         release.set()
         holder.join(timeout=30)
     assert WorktreeManager(lock_timeout_s=5).ensure(repo, "s-1").path.is_dir()
+
+
+def test_the_race_probe_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's "what the lock prevents" table comes from this script.
+    no_git_config(monkeypatch, tmp_path / "home")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "worktree_race_probe.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--processes", "2", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("git ") and len(lines) == 4
+    assert lines[3].split() == ["manager", "failed", "0/2", "branches", "without", "worktree", "0"]
