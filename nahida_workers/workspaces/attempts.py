@@ -94,7 +94,11 @@ def create(
     if path.exists() or path.is_symlink():
         ops.drop_worktree(repo, path)  # not registered: debris of an interrupted attempt
     git(repo.common_dir, "worktree", "add", str(path), branch)
-    return value(repo, sid, path, recorded)
+    made = value(repo, sid, path, recorded)
+    # A workspace subdirectory git does not track (empty, untracked) exists in
+    # the main tree only: give the session the same directory in its worktree.
+    made.workspace.mkdir(parents=True, exist_ok=True)
+    return made
 
 
 def abandon(repo: Repository, sid: str, path: Path) -> None:

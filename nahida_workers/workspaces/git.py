@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nahida_workers.errors import WorktreeUnavailableError
+from nahida_workers.workspaces.lock import held_fds
 
 __all__ = ["COMMIT_AUTHOR", "TRANSIENT_MARKERS", "GitCommandError", "git", "is_transient"]
 
@@ -113,6 +114,7 @@ def git(
             timeout=timeout_s,
             check=False,
             stdin=subprocess.DEVNULL,
+            pass_fds=held_fds(),  # an orphaned git keeps the repository lock (lock.py)
         )
     except FileNotFoundError as exc:
         raise WorktreeUnavailableError(f"git is not installed on this worker: {exc}") from exc

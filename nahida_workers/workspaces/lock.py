@@ -12,6 +12,12 @@ description, so two threads of one process that each open the file also
 exclude each other, and the kernel releases it when its holder dies, even by
 SIGKILL: a crashed launcher never leaves the repository locked.
 
+The git commands run under the lock inherit its file descriptor (see
+:func:`held_fds`): when the launcher is SIGKILLed while its ``git worktree
+add`` runs, that git, now an orphan, keeps the lock until it exits, so the
+next attempt (a redelivered session) never works on a half-made worktree that
+is still being written.
+
 Assumption: one host, or a shared filesystem whose ``flock`` is honoured by
 every worker that mounts it (local filesystems and NFSv4 are; some FUSE
 filesystems are not).  The lock file sits in the git *common* dir, which every
@@ -23,19 +29,31 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nahida_workers.errors import WorktreeUnavailableError
 
-__all__ = ["LOCK_FILE_NAME", "repository_lock"]
+__all__ = ["LOCK_FILE_NAME", "held_fds", "repository_lock"]
 
 #: Name of the lock file inside the repository's git common dir.
 LOCK_FILE_NAME = "nahida-worktrees.lock"
 
 _FIRST_POLL_S = 0.002
 _MAX_POLL_S = 0.05
+_held = threading.local()
+
+
+def held_fds() -> tuple[int, ...]:
+    """Descriptors of the repository locks this thread holds, for its git children to inherit.
+
+    An explicit unlock at the end of the ``with`` releases the lock for every
+    holder of the descriptor; only a holder that dies without unlocking
+    leaves it to its children.
+    """
+    return tuple(getattr(_held, "fds", ()))
 
 
 @contextlib.contextmanager
@@ -66,9 +84,11 @@ def repository_lock(
         raise WorktreeUnavailableError(f"cannot open the worktree lock {path}: {exc}") from exc
     try:
         _acquire(fd, path, timeout_s, sleep)
+        _held.fds = (*held_fds(), fd)
         try:
             yield
         finally:
+            _held.fds = tuple(f for f in held_fds() if f != fd)
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -41,7 +41,12 @@ _REMOVING = ".nahida-removing-"
 
 
 def prune(repo: Repository) -> None:
-    """``git worktree prune``: forget registrations whose directory is gone."""
+    """``git worktree prune``: forget registrations whose directory is gone.
+
+    All of the repository's, as git does (B22 asks for no stale registration
+    before an add): a worktree on a filesystem that is unmounted right now
+    loses its registration too; ``git worktree lock`` protects one that must not.
+    """
     git(repo.common_dir, "worktree", "prune")
 
 

@@ -209,7 +209,11 @@ class WorktreeManager:
 
         Idempotent: a second call, or a call after a crash anywhere in the
         first, commits what is still uncommitted, completes the removal, and
-        returns the same value.
+        returns the same value.  The commit runs outside the repository lock
+        (it touches only the session's own index and branch, so sessions
+        commit in parallel; a ``git commit`` orphaned by a crash holds the
+        index lock, and the next call retries until it is done); the removal
+        holds the repository lock.
 
         Args:
             worktree: from :meth:`ensure` (or :meth:`Worktree.from_dict`).

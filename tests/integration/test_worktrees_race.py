@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ import pytest
 from nahida_workers.errors import WorktreeUnavailableError
 from nahida_workers.workspaces import Worktree, WorktreeManager
 from tests.conftest import load_case
-from tests.integration.worktree_fleet import create_and_hang, edit_line, hold_lock, worker
+from tests.integration.worktree_fleet import (
+    create_and_hang,
+    create_with_slow_checkout,
+    edit_line,
+    hold_lock,
+    worker,
+)
 from tests.unit.workspaces.gitrepo import (
     NOTES,
     assert_main_untouched,
@@ -133,6 +140,37 @@ def test_b22_sigkill_between_branch_and_worktree_then_redelivery(repo: Path) -> 
         notes.write(edit_line(sid))
     assert WorktreeManager().finish(tree, message="edit") is not None
     assert_main_untouched(repo)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_worktree_add_the_orphaned_git_keeps_the_lock(
+    repo: Path, tmp_path: Path
+) -> None:
+    sid = "child-p1-call_e2"
+    (repo / ".gitattributes").write_text("NOTES.md filter=slow\n")
+    sh(repo, "add", ".gitattributes")
+    sh(repo, "commit", "-q", "-m", "attributes")
+    started, done = tmp_path / "checkout-started", tmp_path / "checkout-done"
+    proc = SPAWN.Process(
+        target=create_with_slow_checkout, args=(repo, sid, str(started), str(done))
+    )
+    proc.start()
+    deadline = time.monotonic() + 60
+    while not started.exists():  # `git worktree add` is checking out, mid-add
+        assert time.monotonic() < deadline and proc.is_alive()
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)  # the launcher dies; its git goes on, orphaned
+    proc.join(timeout=30)
+
+    tree = WorktreeManager().ensure(repo, sid)  # the redelivered child
+    # It waited for the orphan (which inherited the lock) instead of tearing
+    # down a worktree still being written, and found that worktree whole.
+    assert done.exists()
+    assert registered(repo) == [(str(tree.path), f"refs/heads/nahida/{sid}")]
+    assert "locked" not in sh(repo, "worktree", "list", "--porcelain")
+    assert (tree.path / "NOTES.md").read_text() == NOTES
+    assert sh(tree.path, "status", "--porcelain") == ""
+    assert session_branches(repo) == [f"nahida/{sid}"]
 
 
 @pytest.mark.slow

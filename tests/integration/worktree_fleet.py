@@ -70,3 +70,21 @@ def hold_lock(repo: Path, held: Any, release: Any) -> None:
     with repository_lock(open_repository(repo).common_dir, timeout_s=30):
         held.set()
         release.wait(timeout=60)
+
+
+def create_with_slow_checkout(repo: Path, session_id: str, started: str, done: str) -> None:
+    """Create a worktree whose checkout runs a slow smudge filter (touches markers).
+
+    The filter is configured for this process only (``GIT_CONFIG_*``), so the
+    test process checks the same files out at full speed.
+    """
+    import os
+
+    os.environ.update(
+        {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "filter.slow.smudge",
+            "GIT_CONFIG_VALUE_0": f"touch {started} && sleep 1 && cat && touch {done}",
+        }
+    )
+    WorktreeManager().ensure(repo, session_id)

@@ -104,3 +104,26 @@ def test_a_worktree_root_setting_keeps_repositories_of_one_name_apart(tmp_path: 
     assert one.path.parent.parent == two.path.parent.parent == tmp_path / "trees"
     assert one.path != two.path
     assert one.path.parent.name.startswith("demo-repo-")
+
+
+def test_an_untracked_workspace_subdirectory_exists_in_the_worktree(
+    manager: WorktreeManager, repo: Path
+) -> None:
+    (repo / "scratch").mkdir()  # empty: git does not track it
+    tree = manager.ensure(repo / "scratch", "s-1")
+    assert tree.workspace == tree.path / "scratch" and tree.workspace.is_dir()
+
+
+def test_a_session_started_inside_a_session_worktree_gets_a_sibling(
+    manager: WorktreeManager, repo: Path
+) -> None:
+    child = manager.ensure(repo, "child")
+    (child.path / "NOTES.md").write_text("child's committed work\n")
+    sh(child.path, "commit", "-q", "-am", "child work")
+    grandchild = manager.ensure(child.workspace, "grandchild")
+    assert grandchild.path.parent == child.path.parent  # beside it, not inside it
+    assert grandchild.base == sh(child.path, "rev-parse", "HEAD")
+    (grandchild.path / "NOTES.md").write_text("grandchild\n")
+    assert manager.finish(grandchild, message="g") is not None
+    assert sh(child.path, "status", "--porcelain") == ""
+    assert_main_untouched(repo)
