@@ -18,10 +18,16 @@ add`` runs, that git, now an orphan, keeps the lock until it exits, so the
 next attempt (a redelivered session) never works on a half-made worktree that
 is still being written.
 
-Assumption: one host, or a shared filesystem whose ``flock`` is honoured by
-every worker that mounts it (local filesystems and NFSv4 are; some FUSE
-filesystems are not).  The lock file sits in the git *common* dir, which every
-linked worktree of the repository shares.
+Threads of one process also take a per-repository mutex first: on
+filesystems where ``flock`` is emulated with POSIX record locks (the Linux NFS
+client), locks belong to the process, and two of its threads would not
+exclude each other through the file alone.
+
+Assumption: one host, or a shared filesystem whose ``flock`` every worker that
+mounts it honours (local filesystems do; NFS does through POSIX locks, which
+an orphaned git does not inherit; some FUSE filesystems do not lock at all).
+The lock file sits in the git *common* dir, which every linked worktree of the
+repository shares.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ LOCK_FILE_NAME = "nahida-worktrees.lock"
 _FIRST_POLL_S = 0.002
 _MAX_POLL_S = 0.05
 _held = threading.local()
+_mutexes: dict[Path, threading.Lock] = {}
+_mutexes_guard = threading.Lock()
+
+
+def _mutex(common_dir: Path) -> threading.Lock:
+    with _mutexes_guard:
+        return _mutexes.setdefault(common_dir.resolve(), threading.Lock())
 
 
 def held_fds() -> tuple[int, ...]:
@@ -78,26 +91,36 @@ def repository_lock(
             dir) or the lock was not free within ``timeout_s``.
     """
     path = common_dir / LOCK_FILE_NAME
+    deadline = time.monotonic() + timeout_s
+    mutex = _mutex(common_dir)
+    if not mutex.acquire(timeout=timeout_s):
+        raise WorktreeUnavailableError(
+            f"the worktree lock {path} was held for more than {timeout_s} s"
+        )
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise WorktreeUnavailableError(f"cannot open the worktree lock {path}: {exc}") from exc
-    try:
-        _acquire(fd, path, timeout_s, sleep)
-        _held.fds = (*held_fds(), fd)
         try:
-            yield
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise WorktreeUnavailableError(f"cannot open the worktree lock {path}: {exc}") from exc
+        try:
+            _acquire(fd, path, deadline, timeout_s, sleep)
+            _held.fds = (*held_fds(), fd)
+            try:
+                yield
+            finally:
+                _held.fds = tuple(f for f in held_fds() if f != fd)
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            _held.fds = tuple(f for f in held_fds() if f != fd)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
     finally:
-        os.close(fd)
+        mutex.release()
 
 
-def _acquire(fd: int, path: Path, timeout_s: float, sleep: Callable[[float], None]) -> None:
+def _acquire(
+    fd: int, path: Path, deadline: float, timeout_s: float, sleep: Callable[[float], None]
+) -> None:
     # Polling with LOCK_NB rather than a blocking flock: a blocking call cannot
     # time out without signals, and signals are not ours to take in a worker.
-    deadline = time.monotonic() + timeout_s
     pause = _FIRST_POLL_S
     while True:
         try:

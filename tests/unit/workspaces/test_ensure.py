@@ -242,3 +242,22 @@ def test_a_registration_half_written_by_another_add_is_waited_out(
     tree = WorktreeManager(sleep=other_add_finishes).ensure(repo, "s-1")
     assert len(sleeps) == 1
     assert registered(repo) == [(str(tree.path), "refs/heads/nahida/s-1")]
+
+
+def test_duplicate_deliveries_of_one_session_share_one_worktree(repo: Path) -> None:
+    manager = WorktreeManager()
+    trees = []
+    start = threading.Barrier(4)
+
+    def delivery() -> None:
+        start.wait()
+        trees.append(manager.ensure(repo, "same"))
+
+    threads = [threading.Thread(target=delivery) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(trees) == 4 and len(set(trees)) == 1
+    assert session_branches(repo) == ["nahida/same"]
+    assert len(registered(repo)) == 1
