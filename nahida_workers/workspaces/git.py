@@ -13,7 +13,9 @@ environment is fixed so the launcher behaves the same on every worker:
   launcher.  They are the repository owner's human workflow, and a hostile
   repository of a batch must not run code in the worker through them;
 * ``gc.auto=0`` and ``maintenance.auto=false``: no background repack or
-  prune starts in a repository that other sessions are writing to.
+  prune starts in a repository that other sessions are writing to;
+* the repository locks this thread holds are inherited (``pass_fds``): a git
+  orphaned by the launcher's death keeps the lock until it exits (lock.py).
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ class WorktreeManager:
             The branch's commit (40 hex digits) when the branch holds anything
             beyond its base (the commit just made, or an earlier one: the
             session's result, evidence for its receipt), None when the session
-            changed nothing.
+            changed nothing (or its branch was discarded).
 
         Raises:
             WorkspaceUnavailableError: the repository is not reachable here.
