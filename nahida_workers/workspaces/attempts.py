@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import nahida_workers.workspaces.ops as ops
 from nahida_workers.errors import WorktreeUnavailableError
-from nahida_workers.workspaces import ops
 from nahida_workers.workspaces.git import git
 from nahida_workers.workspaces.model import (
     BASE_REF_PREFIX,

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import tenacity
 
+import nahida_workers.workspaces.attempts as attempts
+import nahida_workers.workspaces.ops as ops
 from nahida_workers.errors import WorktreeUnavailableError
-from nahida_workers.workspaces import attempts, ops
 from nahida_workers.workspaces.git import GitCommandError, git
 from nahida_workers.workspaces.lock import repository_lock
 from nahida_workers.workspaces.model import SessionBranch, Worktree, worktree_path
