@@ -58,6 +58,8 @@ __all__ = [
     "ToolError",
     "ToolTimeoutError",
     "UserError",
+    "WorkspaceUnavailableError",
+    "WorktreeUnavailableError",
 ]
 
 
@@ -93,6 +95,27 @@ class InboxFullError(UserError):
 
     Nothing was enqueued; the caller may retry after the session drains.
     """
+
+
+class WorkspaceUnavailableError(UserError):
+    """The session's workspace is not usable here: missing, not a directory, not git.
+
+    Workspaces must be reachable by the worker that runs the session (one host,
+    or a filesystem every worker mounts at the same path; issue 13 item 6).
+    Raised before anything is created, so nothing is left behind.
+
+    Attributes:
+        code: ``workspace_missing`` (no such directory on this worker),
+            ``not_a_git_repository`` (not inside a git working tree) or
+            ``no_commits`` (the repository has no commit to base a worktree on).
+    """
+
+    code: str = "workspace_missing"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 # --- what the model sees -----------------------------------------------------
@@ -249,6 +272,20 @@ class LedgerUnavailableError(LedgerError):
     """The database could not be reached or the transaction failed to commit."""
 
     retryable = True
+
+
+class WorktreeUnavailableError(RunError):
+    """A session's git worktree could not be created, even after the bounded retries.
+
+    Raised by :mod:`nahida_workers.workspaces` after the transient git lock
+    errors of case B22 were retried (at most ``worktree_retries`` times) or at
+    once for a failure a retry cannot fix (the session's branch holds unrelated
+    commits, its recorded base differs from the one asked for).  The session
+    fails with reason ``worktree_unavailable``; any half-created branch that
+    holds no work has been deleted.
+    """
+
+    failure_code = FailureCode.WORKTREE_UNAVAILABLE
 
 
 class LeaseHeldError(RunError):

@@ -151,6 +151,20 @@ class Settings(BaseSettings):
     # exceed it, or an on-time fire can be recorded missed.
     schedule_tick_s: float = Field(5.0, gt=0)
 
+    # -- git worktrees (issue 13 item 6, case B22) -----------------------------
+    # Directory of session worktrees; empty = beside each repository, in
+    # <repository parent>/.nahida-worktrees/<repository name>/<session id>.
+    worktree_root: str = ""
+    # Keep a finished session's worktree directory (its branch is always kept).
+    worktree_keep: bool = False
+    # Retries, with backoff, of a git step that failed (transient lock errors).
+    worktree_retries: int = Field(3, ge=0, le=10)
+    # Longest wait for a repository's worktree lock, seconds.
+    worktree_lock_timeout_s: float = Field(60.0, gt=0)
+    # A git lock file of a session's own worktree older than this (seconds) is
+    # the leftover of a git killed with its host, and is removed.
+    worktree_stale_lock_s: float = Field(300.0, gt=0)
+
     @field_validator("database_url")
     @classmethod
     def _psycopg_driver(cls, url: str) -> str:

@@ -84,6 +84,7 @@ class ReasonCode(StrEnum):
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
     INVALID_CONFIG = "invalid_config"
+    WORKTREE_UNAVAILABLE = "worktree_unavailable"  # no git worktree for the session (case B22)
     INTERNAL_ERROR = "internal_error"
 
 
@@ -106,6 +107,7 @@ class FailureCode(StrEnum):
     ABANDONED = "abandoned"
     POISON_SESSION = "poison_session"
     PROMPT_ARTIFACT_INVALID = "prompt_artifact_invalid"
+    WORKTREE_UNAVAILABLE = "worktree_unavailable"  # no git worktree for the session (case B22)
     INTERNAL_ERROR = "internal_error"
 
 

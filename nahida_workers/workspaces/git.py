@@ -1,0 +1,127 @@
+"""Running git for the worktree manager: one function, one error, one environment.
+
+Every git command the launcher runs goes through :func:`git`.  The
+environment is fixed so the launcher behaves the same on every worker:
+
+* ``LC_ALL=C``: stderr is English, so transient lock errors can be recognised;
+* ``GIT_TERMINAL_PROMPT=0``: git never waits for a password on a worker;
+* ``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_INDEX_FILE``, ``GIT_COMMON_DIR`` are
+  dropped: a worker started from a git hook must not aim every command at the
+  hook's repository;
+* ``core.hooksPath=/dev/null``: the repository's hooks (``post-checkout`` on
+  ``worktree add``, ``pre-commit`` on the result commit) never run in the
+  launcher.  They are the repository owner's human workflow, and a hostile
+  repository of a batch must not run code in the worker through them;
+* ``gc.auto=0`` and ``maintenance.auto=false``: no background repack or
+  prune starts in a repository that other sessions are writing to;
+* the repository locks this thread holds are inherited (``pass_fds``): a git
+  orphaned by the launcher's death keeps the lock until it exits (lock.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from nahida_workers.errors import WorktreeUnavailableError
+from nahida_workers.workspaces.lock import held_fds
+
+__all__ = ["COMMIT_AUTHOR", "TRANSIENT_MARKERS", "GitCommandError", "git", "is_transient"]
+
+#: Name and e-mail of every result commit: fixed, so a worker with no git
+#: identity configured still commits (``git commit`` refuses without one).
+COMMIT_AUTHOR = ("nahida-workers", "nahida-workers@localhost")
+
+#: Fragments of git's stderr that mean "another git process holds a lock right
+#: now" (case B22's probe: concurrent ``git worktree add`` on one repository).
+TRANSIENT_MARKERS = (
+    "could not lock config file",
+    "failed to read",  # .git/worktrees/<other>/commondir, half-written by another add
+    "index.lock",
+    "file exists",
+    "cannot lock ref",
+    "unable to create",
+)
+
+_DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
+_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "maintenance.auto=false")
+
+
+class GitCommandError(Exception):
+    """A git command exited non-zero.
+
+    Internal to :mod:`nahida_workers.workspaces`: the manager turns it into
+    :class:`~nahida_workers.errors.WorktreeUnavailableError` or retries it.
+
+    Attributes:
+        args_: the git arguments (without ``git`` and the fixed ``-c`` options).
+        returncode: git's exit status.
+        stderr: git's standard error, stripped.
+    """
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        lines = stderr.splitlines()
+        errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))] or lines[-1:]
+        super().__init__(f"git {' '.join(args)} exited {returncode}: {'; '.join(errors)}")
+        self.args_ = tuple(args)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def is_transient(error: GitCommandError) -> bool:
+    """Whether git failed on a lock another git process holds (retrying may succeed)."""
+    text = error.stderr.lower()
+    return any(marker in text for marker in TRANSIENT_MARKERS)
+
+
+def _environment(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    env.update({"LC_ALL": "C", "LANGUAGE": "C", "GIT_TERMINAL_PROMPT": "0"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def git(
+    cwd: Path,
+    *args: str,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``git <args>`` in ``cwd`` and return the completed process (text, stripped later).
+
+    Args:
+        cwd: directory the command runs in (``git -C``).
+        *args: git arguments, e.g. ``("worktree", "add", path, branch)``.
+        check: raise :class:`GitCommandError` on a non-zero exit (default).
+        env: extra environment variables for this command (the commit identity).
+        timeout_s: seconds before the command is killed; a hung git must not
+            hold the repository lock for ever.
+
+    Raises:
+        GitCommandError: git exited non-zero (``check``) or timed out (returncode -1).
+        WorktreeUnavailableError: no ``git`` executable on this worker.
+    """
+    command = ["git", "-C", str(cwd), *_CONFIG, *args]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=_environment(env),
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            pass_fds=held_fds(),  # an orphaned git keeps the repository lock (lock.py)
+        )
+    except FileNotFoundError as exc:
+        raise WorktreeUnavailableError(f"git is not installed on this worker: {exc}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise GitCommandError(args, -1, f"timed out after {timeout_s} s") from exc
+    if check and done.returncode != 0:
+        raise GitCommandError(args, done.returncode, done.stderr.strip())
+    return done
