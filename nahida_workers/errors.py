@@ -55,6 +55,7 @@ __all__ = [
     "ProviderProtocolError",
     "RunError",
     "StaleEpochError",
+    "StoredPayloadError",
     "ToolError",
     "ToolTimeoutError",
     "UserError",
@@ -242,6 +243,14 @@ class LedgerDataError(LedgerIntegrityError):
 
     Not an outage: the same write fails the same way every time, so it must
     not be retried as if the database were down (issue 11 item 3).
+    """
+
+
+class StoredPayloadError(LedgerIntegrityError):
+    """A stored event payload does not have its event type's shape (read edge).
+
+    Raised when a ledger adapter reads a row (``core/event_payloads.py``,
+    DESIGN.md section 2); the row is left as it is.
     """
 
 
