@@ -193,7 +193,7 @@ class ProviderProtocolError(ProviderError):
 
     ``truncated`` marks a stream that simply stopped early (a transport
     failure, retried like one); any other protocol error gets one repair
-    attempt (issue 5: "provider protocol invalid after one repair").
+    attempt (DESIGN.md section 6: "provider protocol invalid after one repair").
     """
 
     failure_code = FailureCode.PROVIDER_PROTOCOL_INVALID
@@ -242,7 +242,7 @@ class LedgerDataError(LedgerIntegrityError):
     """The database refused a value (too long, a NUL, bad encoding); never retryable.
 
     Not an outage: the same write fails the same way every time, so it must
-    not be retried as if the database were down (issue 11 item 3).
+    not be retried as if the database were down (DESIGN.md section 2).
     """
 
 

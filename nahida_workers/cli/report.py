@@ -102,7 +102,7 @@ def batch_report(
     return {
         "batch_id": batch_id,
         "job": batch.job_name if batch else None,
-        # a schedule's fire (issue 14): name, schedule id, fire time, kind
+        # a schedule's fire (DESIGN.md section 8): name, schedule id, fire time, kind
         "schedule": batch.spec.get("schedule") if batch else None,
         "created_at": batch.created_at.isoformat() if batch else None,
         "started_at": started_at.isoformat() if started_at else None,

@@ -83,12 +83,12 @@ class ReasonCode(StrEnum):
     INCOMPLETE_INTENT = "incomplete_intent"
     PROVIDER_ERROR = "provider_error"
     PROVIDER_PROTOCOL_INVALID = "provider_protocol_invalid"
-    REFUSED = "refused"  # the model declined the request (issue 10 item 3)
+    REFUSED = "refused"  # the model declined the request (DESIGN.md section 6)
     CONTENT_FILTERED = "content_filtered"  # the provider filtered the reply
     EMPTY_ANSWER = "empty_answer"  # no text and no call, even after a correction
     TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
     LEDGER_WRITE_FAILED = "ledger_write_failed"
-    POISON_SESSION = "poison_session"  # deliveries kept crashing the worker (issue 10 item 2)
+    POISON_SESSION = "poison_session"  # deliveries kept crashing the worker
     PROMPT_ARTIFACT_INVALID = "prompt_artifact_invalid"  # stored input missing or altered
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
@@ -130,7 +130,7 @@ class SessionStatus(StrEnum):
 class ToolStatus(StrEnum):
     """Receipt / tool result status.
 
-    ``aborted`` is a result that arrived for an older executor epoch (issue 3):
+    ``aborted`` is a result that arrived for an older executor epoch (DESIGN.md section 5):
     never committed as a success, never shown to the model as one.
     """
 

@@ -205,7 +205,7 @@ def record_events(facts: RunFacts, events: Sequence[Event]) -> None:
 def storable(record: M) -> M:
     """``record`` validated again: its validators normalise what a ``model_copy`` slipped past.
 
-    The ledger edge of issue 11 item 3: every adapter stores records through
+    The ledger edge of DESIGN.md section 2: every adapter stores records through
     this, so a NUL, a lone surrogate or an over-long id never reaches a
     column, whichever path built the value.
     """

@@ -1,4 +1,4 @@
-"""The web view served by ``nahida serve`` (issue 16 item 14): HTML from the ledger.
+"""The web view served by ``nahida serve``: HTML from the ledger.
 
 ``/`` lists batches (and sessions outside any batch), ``/batches/{id}`` a
 batch's sessions, ``/sessions/{id}`` a session's runs, its parent and its

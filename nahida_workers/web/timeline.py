@@ -1,4 +1,4 @@
-"""A run's timeline as SVG, drawn on the server from the ledger (issue 16 item 14).
+"""A run's timeline as SVG, drawn on the server from the ledger.
 
 Lane 0 holds the provider turns: a turn runs from the last event committed
 before it (the prompt, or the previous turn's tool results) to the commit of
