@@ -55,6 +55,7 @@ __all__ = [
     "ProviderProtocolError",
     "RunError",
     "StaleEpochError",
+    "StoredPayloadError",
     "ToolError",
     "ToolTimeoutError",
     "UserError",
@@ -215,7 +216,7 @@ class ProviderProtocolError(ProviderError):
 
     ``truncated`` marks a stream that simply stopped early (a transport
     failure, retried like one); any other protocol error gets one repair
-    attempt (issue 5: "provider protocol invalid after one repair").
+    attempt (DESIGN.md section 6: "provider protocol invalid after one repair").
     """
 
     failure_code = FailureCode.PROVIDER_PROTOCOL_INVALID
@@ -264,7 +265,15 @@ class LedgerDataError(LedgerIntegrityError):
     """The database refused a value (too long, a NUL, bad encoding); never retryable.
 
     Not an outage: the same write fails the same way every time, so it must
-    not be retried as if the database were down (issue 11 item 3).
+    not be retried as if the database were down (DESIGN.md section 2).
+    """
+
+
+class StoredPayloadError(LedgerIntegrityError):
+    """A stored event payload does not have its event type's shape (read edge).
+
+    Raised when a ledger adapter reads a row (``core/event_payloads.py``,
+    DESIGN.md section 2); the row is left as it is.
     """
 
 

@@ -1,4 +1,4 @@
-"""Worker logs that say which session, run and trace each line belongs to (issue 16 item 12).
+"""Worker logs that say which session, run and trace each line belongs to.
 
 The session runner binds the ids of the run it is driving
 (:func:`bind_log_context`, a context variable: per thread, per task); a

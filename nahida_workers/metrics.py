@@ -1,4 +1,4 @@
-"""Prometheus metrics of the fleet (issue 5 item 6, issue 16 item 9).
+"""Prometheus metrics of the fleet.
 
 Honest terminal states (runs by state and reason, anomalies, receipts
 missing, corrections), and what an operator watches: tool calls by tool and

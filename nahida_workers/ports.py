@@ -328,7 +328,7 @@ class Ledger(Protocol[TxT]):
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """In its own transaction: increment ``lease_epoch``, set status running.
 
-        The same commit settles the durable crash counter (issue 10 item 2):
+        The same commit settles the durable crash counter:
         the previous owner, if it never handed the session back
         (:meth:`close_owner`), counts as a crashed delivery unless it made
         progress -- a finished tool execution or a seal at its epoch -- which
@@ -346,7 +346,7 @@ class Ledger(Protocol[TxT]):
         """
         ...
 
-    # -- prompt artifacts (issue 10 item 5) -----------------------------------
+    # -- prompt artifacts -----------------------------------
     def put_artifact(self, data: bytes, *, at: datetime) -> str:
         """Store ``data`` whole, addressed by its sha256 (written once); returns the hex."""
         ...

@@ -54,8 +54,8 @@ EMBEDDED_URLS: dict[str, object] = {
 class _HeldEnvSource(EnvSettingsSource):
     """The environment, plus the ``NAHIDA_*`` values a worker moved out of it at start.
 
-    ``nahida_workers/worker_secrets.py`` takes secrets out of ``os.environ`` (issue 11
-    item 7); settings loaded after that still see them, parsed exactly like
+    ``nahida_workers/worker_secrets.py`` takes secrets out of ``os.environ``;
+    settings loaded after that still see them, parsed exactly like
     environment variables.
     """
 
@@ -108,10 +108,10 @@ class Settings(BaseSettings):
     # (240 x the 30 s TTL = 2 h, twice a run's default wall-clock budget).
     follow_up_max_hops: int = Field(240, ge=1)
     # Owners in a row that crash without progress before a session is sealed
-    # failed/poison_session (counted in the ledger, issue 10 item 2).
+    # failed/poison_session (counted in the ledger).
     poison_after_crashes: int = Field(DEFAULT_POISON_AFTER_CRASHES, ge=1)
     # How long an owner whose tool results could not be stored keeps trying to
-    # seal the run failed/tool_persistence_failed (issue 11 item 10); it holds
+    # seal the run failed/tool_persistence_failed (DESIGN.md section 3); it holds
     # the lease meanwhile, so no other owner re-decides the calls' fate.
     ledger_seal_outage_s: float = Field(DEFAULT_LEDGER_SEAL_OUTAGE_S, ge=0)
 
@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     tool_placement: dict[str, str] = Field(default_factory=dict)
     extra_tools: list[str] = Field(default_factory=list)
 
-    # -- operations (issue 16) -----------------------------------------------
+    # -- operations -----------------------------------------------
     # Prometheus: 0 = off.  With PROMETHEUS_MULTIPROC_DIR set, every process
     # writes its samples there and one port serves them all (see metrics.py).
     metrics_port: int = Field(0, ge=0, le=65535)
@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
 
-    # -- schedules (issue 14, DESIGN.md section 8) ----------------------------
+    # -- schedules (DESIGN.md section 8) ----------------------------
     # Beat sends one tick task this often; a schedule's catch-up window must
     # exceed it, or an on-time fire can be recorded missed.
     schedule_tick_s: float = Field(5.0, gt=0)
@@ -191,7 +191,7 @@ class Settings(BaseSettings):
         """Input larger than this is stored as a prompt artifact (bytes of its JSON).
 
         ``prompt_inline_max_bytes``, but never more than half an event row:
-        an input kept inline must fit its event whole (issue 10 item 5).
+        an input kept inline must fit its event whole.
         """
         return min(self.prompt_inline_max_bytes, self.event_payload_max_bytes // 2)
 

@@ -1,4 +1,4 @@
-r"""The worker's secrets live in its memory, not in its environment (issue 11 item 7).
+r"""The worker's secrets live in its memory, not in its environment.
 
 Bash gets a scrubbed environment, but a command can read its parent's:
 ``tr '\\0' '\\n' < /proc/$PPID/environ`` printed the provider key and the

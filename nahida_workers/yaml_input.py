@@ -6,7 +6,7 @@ then everything that walks it (pydantic validation, ``model_dump``, JSON
 encoding of the session snapshot) expands it to 10^9 nodes: gigabytes of RSS
 and no answer.  :func:`load_yaml` composes the node graph first, counts the
 nodes it stands for with every alias expanded, and refuses a document over
-:data:`MAX_NODES` before anything is constructed (issue 16 item 7).
+:data:`MAX_NODES` before anything is constructed.
 """
 
 from __future__ import annotations

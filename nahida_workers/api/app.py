@@ -1,4 +1,4 @@
-"""The HTTP API (``/v1``), served by ``nahida serve`` with the web view (issue 16 item 13).
+"""The HTTP API (``/v1``), served by ``nahida serve`` with the web view.
 
 Reads go through the ledger's read methods, writes through the same
 dispatcher and inbox the CLI uses: a session posted here is validated like a

@@ -8,7 +8,7 @@ sessions an interrupted batch already created, runs none of them twice, and
 re-publishes the ones not finished; it refuses a different job or repository
 list (the batch row records both).
 
-What the user is told (issue 16 items 3, 6, 7):
+What the user is told:
 
 * the broker is down after the ledger recorded the sessions: "recorded; will
   be delivered when the broker is back" (exit 4), never "unreachable";
@@ -91,7 +91,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
 
     A scripted provider whose turns call a tool the job does not offer (a
     typo like ``Glb``) is the same usage error as an unknown tool in the
-    tools list (issue 10 item 9).
+    tools list.
 
     Raises:
         ConfigError: an unknown tool, an invalid provider, a script calling a
@@ -128,7 +128,7 @@ def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str)
             message names what differs).
     """
     wanted = batch_spec(options)
-    job = recorded.get("job", recorded)  # batches before issue 16 recorded the job only
+    job = recorded.get("job", recorded)  # older batches recorded the job only
     if job != wanted["job"]:
         keys = sorted(
             k for k in set(job) | set(wanted["job"]) if job.get(k) != wanted["job"].get(k)

@@ -1,7 +1,7 @@
 """What every ``nahida`` command shares: consoles, settings, the ledger, ids, JSON output.
 
 Imports stay light at module level (``nahida --help`` must start in well
-under half a second, issue 15 item 5): rich, SQLAlchemy and the settings are
+under half a second): rich, SQLAlchemy and the settings are
 imported by the functions that need them.
 """
 

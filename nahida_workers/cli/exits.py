@@ -1,4 +1,4 @@
-"""Exit codes of ``nahida`` and the one line each failure prints (issue 16 items 1-3).
+"""Exit codes of ``nahida`` and the one line each failure prints.
 
 Every exception that reaches :func:`nahida_workers.cli.main.main` is mapped
 here to one line on stderr and a documented exit code; a traceback is shown

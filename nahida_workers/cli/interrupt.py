@@ -1,4 +1,4 @@
-"""Ctrl-C in ``nahida batch`` (issue 16 item 6).
+"""Ctrl-C in ``nahida batch``.
 
 The first Ctrl-C fences the sessions still in flight in the embedded mode
 (their fencing epoch is bumped, DESIGN.md section 4: the worker threads

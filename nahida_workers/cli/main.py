@@ -11,7 +11,7 @@ Every failure is one line on stderr and an exit code of
 :class:`~nahida_workers.cli.exits.ExitCode`; ``--debug`` (anywhere on the
 command line) shows the traceback instead.  Module-level imports are only
 typer and the standard library: each command imports what it uses, so
-``nahida --help`` starts fast (issue 15 item 5; ``bench/cli_startup.py``).
+``nahida --help`` starts fast (``bench/cli_startup.py``).
 """
 
 from __future__ import annotations

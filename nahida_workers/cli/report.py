@@ -7,6 +7,7 @@ survey's numbers come from the ledger, never from the model's prose.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +50,7 @@ def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
         if event.type is not EventType.TOOL_CALL:
             continue
         receipt = receipts.get(event.call_id or "")
-        result = results.get(event.call_id, {})
+        result: Mapping[str, Any] = results.get(event.call_id, {})
         calls.append(
             {
                 "call_id": event.call_id,
@@ -101,7 +102,7 @@ def batch_report(
     return {
         "batch_id": batch_id,
         "job": batch.job_name if batch else None,
-        # a schedule's fire (issue 14): name, schedule id, fire time, kind
+        # a schedule's fire (DESIGN.md section 8): name, schedule id, fire time, kind
         "schedule": batch.spec.get("schedule") if batch else None,
         "created_at": batch.created_at.isoformat() if batch else None,
         "started_at": started_at.isoformat() if started_at else None,

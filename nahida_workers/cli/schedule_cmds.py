@@ -1,4 +1,4 @@
-"""``nahida schedule ...``: scheduled jobs (issue 14).
+"""``nahida schedule ...``: scheduled jobs (DESIGN.md section 8).
 
 ``add``, ``apply FILE`` (idempotent), ``list``, ``show NAME``, ``pause``,
 ``resume``, ``trigger`` (fire now), ``remove``, and ``run`` (tick in this

@@ -1,4 +1,4 @@
-"""Admitting a model's tool call before its turn is committed (issue 11 items 3 and 4).
+"""Admitting a model's tool call before its turn is committed (DESIGN.md section 2).
 
 DESIGN.md section 3 step 3 commits every ``tool_call`` before any tool
 starts; what is committed must be storable on every backend and must be what

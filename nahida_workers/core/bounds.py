@@ -1,4 +1,4 @@
-"""Bounds instead of a fixed turn cap (DESIGN.md section 6, issue 5 item 4, issue 10 item 6).
+"""Bounds instead of a fixed turn cap (DESIGN.md section 6).
 
 What counts, from the ledger alone:
 
@@ -165,7 +165,7 @@ def calls_within_bound(state: RunState, pending: Sequence[ToolCall], limits: Bou
 def refusal_events(
     state: RunState, pending: Sequence[ToolCall], *, now: datetime
 ) -> tuple[Event, ...]:
-    """Error results for the calls the stop bound keeps from running (issue 10 item 6).
+    """Error results for the calls the stop bound keeps from running (DESIGN.md section 6).
 
     Every call still waiting gets one -- the run ends at the next boundary
     (:func:`check_bounds`), so none of them will run -- recorded and paired

@@ -1,4 +1,4 @@
-"""Compaction: fit a projected transcript into a token budget (issue 4 item 5).
+"""Compaction: fit a projected transcript into a token budget (DESIGN.md section 3).
 
 The transcript is cut into *groups* that must stay whole: a user message, or
 an assistant message together with the results of all its tool calls (a cut

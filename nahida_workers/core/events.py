@@ -14,8 +14,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nahida_workers.core.event_payloads import (
+    ControlPayload,
+    EventPayload,
+    PayloadModel,
+    trusted_payload,
+)
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
 
 __all__ = [
@@ -48,6 +54,9 @@ class EventType(StrEnum):
     TERMINAL = "terminal"
 
 
+_TYPES = frozenset(t.value for t in EventType)
+
+
 class TerminalState(StrEnum):
     """Exactly one of these ends every run (DESIGN.md section 6)."""
 
@@ -74,12 +83,12 @@ class ReasonCode(StrEnum):
     INCOMPLETE_INTENT = "incomplete_intent"
     PROVIDER_ERROR = "provider_error"
     PROVIDER_PROTOCOL_INVALID = "provider_protocol_invalid"
-    REFUSED = "refused"  # the model declined the request (issue 10 item 3)
+    REFUSED = "refused"  # the model declined the request (DESIGN.md section 6)
     CONTENT_FILTERED = "content_filtered"  # the provider filtered the reply
     EMPTY_ANSWER = "empty_answer"  # no text and no call, even after a correction
     TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
     LEDGER_WRITE_FAILED = "ledger_write_failed"
-    POISON_SESSION = "poison_session"  # deliveries kept crashing the worker (issue 10 item 2)
+    POISON_SESSION = "poison_session"  # deliveries kept crashing the worker
     PROMPT_ARTIFACT_INVALID = "prompt_artifact_invalid"  # stored input missing or altered
     CANCELLED = "cancelled"
     ABANDONED = "abandoned"
@@ -123,7 +132,7 @@ class SessionStatus(StrEnum):
 class ToolStatus(StrEnum):
     """Receipt / tool result status.
 
-    ``aborted`` is a result that arrived for an older executor epoch (issue 3):
+    ``aborted`` is a result that arrived for an older executor epoch (DESIGN.md section 5):
     never committed as a success, never shown to the model as one.
     """
 
@@ -196,16 +205,28 @@ class Event(_Frozen):
     run_id: str
     sequence: int = Field(ge=1)
     type: EventType
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: EventPayload = Field(default_factory=ControlPayload)  # replaced by _typed_payload
     call_id: str | None = None
     epoch: int = 0
     created_at: datetime | None = None
 
-    # Storable on every backend, so memory and the ledger agree (core/values.py).
-    @field_validator("payload")
+    # A plain mapping becomes its type's payload model, its values made storable
+    # on every backend first, so memory and the ledger agree (core/values.py).
+    # Not validated again: the ledger edge validates what it reads
+    # (core/event_payloads.py); a model passed in is taken as it is.
+    @model_validator(mode="before")
     @classmethod
-    def _storable_payload(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return clean_json(value)  # type: ignore[no-any-return]
+    def _typed_payload(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        payload = data.get("payload")
+        if isinstance(payload, PayloadModel):
+            return data
+        kind = data.get("type")
+        if kind is None or str(kind) not in _TYPES:
+            return data  # the field validators report it
+        cleaned = clean_json(dict(payload) if payload is not None else {})
+        return {**data, "payload": trusted_payload(str(kind), cleaned)}
 
     @field_validator("call_id")
     @classmethod

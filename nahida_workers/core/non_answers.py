@@ -1,4 +1,4 @@
-"""Provider turns that are not answers, judged before the completion pipeline (issue 10 item 3).
+"""Provider turns that are not answers, judged before the completion pipeline (DESIGN.md section 6).
 
 A turn with no tool call is a candidate answer (DESIGN.md section 6) only if
 it is one.  Before the pipeline looks at it, :func:`judge_non_answer` sorts

@@ -37,7 +37,7 @@ __all__ = [
 
 #: Content of a synthetic result for a call that lost its worker (case B06).
 INTERRUPTED_TEXT = "interrupted: the worker was lost before a result was recorded"
-#: Content of a result that arrived for an older executor epoch (issue 3).
+#: Content of a result that arrived for an older executor epoch (DESIGN.md section 5).
 ABORTED_TEXT = "aborted: the call was cancelled before its result could be used"
 
 

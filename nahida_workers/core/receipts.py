@@ -1,4 +1,4 @@
-"""Receipts every call gets, and what makes one verified (issue 10 item 7).
+"""Receipts every call gets, and what makes one verified (DESIGN.md section 6).
 
 * Every committed ``tool_call`` ends with a receipt (DESIGN.md section 2),
   also when it never finished: a result that recovery closed as

@@ -78,7 +78,7 @@ class SessionRecord(_Record):
         open_epoch: the epoch of an owner that took the session and has not
             handed it back cleanly (None when none); set by ``bump_epoch``.
         crash_streak: owners in a row that vanished without handing the
-            session back and without progress (issue 10 item 2).
+            session back and without progress.
     """
 
     session_id: str
@@ -207,7 +207,7 @@ class InboxMessage(_Record):
 
 @dataclass(frozen=True)
 class InboxLimits:
-    """Bounds of one session's pending inbox (DESIGN.md section 8, issue 6).
+    """Bounds of one session's pending inbox (DESIGN.md section 8).
 
     Attributes:
         max_user: pending steering messages.

@@ -1,4 +1,4 @@
-"""Recovery on lease acquisition (DESIGN.md section 3, issue 6 item 3, cases B06 and B13).
+"""Recovery on lease acquisition (DESIGN.md section 3, cases B06 and B13).
 
 A new owner scans the WHOLE run -- the middle as well as the tail -- for
 calls committed without a result, and settles each one:
@@ -12,7 +12,7 @@ calls committed without a result, and settles each one:
    ``rerun`` list of the recovery event); a call that was already re-run
    :data:`MAX_RERUNS` times by earlier owners and lost its worker again is
    closed like (3) -- a call that hangs or kills its worker would otherwise
-   be retried by every new owner forever (issue 11 item 2);
+   be retried by every new owner forever (DESIGN.md section 5);
 3. any other call gets a synthetic ``interrupted, outcome unknown`` error
    result -- never a blind retry: its side effect may have happened.
 

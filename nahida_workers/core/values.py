@@ -1,4 +1,4 @@
-r"""Values from the model, the tools and job files, made storable everywhere (issue 11 items 3, 4).
+r"""Values from the model, the tools and job files, made storable everywhere (DESIGN.md section 2).
 
 What SQLite accepts, PostgreSQL must accept: JSONB and TEXT refuse the NUL
 character (``\\u0000``), psycopg cannot encode a lone surrogate (U+D800 to

@@ -1,7 +1,7 @@
 """The ledger: SQL (PostgreSQL, SQLite) and an in-memory twin, one rule set.
 
 The names are imported on first use (PEP 562), so a command that reads the
-SQL ledger does not import the in-memory twin (CLI start-up, issue 15 item 5).
+SQL ledger does not import the in-memory twin (CLI start-up).
 """
 
 from __future__ import annotations

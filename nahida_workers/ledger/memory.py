@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
+from nahida_workers.core.event_payloads import PayloadModel, payload_json, trusted_payload
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -238,15 +239,15 @@ class MemoryLedger(MemoryOwnerOps):
         log = self._events.setdefault(run_id, [])
         start = len(log)
         log.extend(
-            e.model_copy(
-                update={
-                    "epoch": fence.epoch,
-                    "payload": cap_payload(e.payload, self.payload_max_bytes),
-                }
-            )
+            e.model_copy(update={"epoch": fence.epoch, "payload": self._stored_payload(e)})
             for e in events
         )
         tx.undo.append(lambda: log.__delitem__(slice(start, None)))
+
+    def _stored_payload(self, event: Event) -> PayloadModel:
+        """The payload as stored: a model (the twin keeps models, not JSON), capped."""
+        capped = cap_payload(payload_json(event.payload), self.payload_max_bytes)
+        return trusted_payload(event.type.value, capped)
 
     def put_receipts(self, tx: MemoryTx, receipts: Sequence[ExecutionReceipt]) -> None:
         """Store receipts; each needs a committed tool_call and no prior receipt."""

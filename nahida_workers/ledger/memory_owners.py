@@ -1,4 +1,4 @@
-"""The in-memory twin of ``ledger/sql_owners.py``: crash accounting and artifacts (issue 10).
+"""The in-memory twin of ``ledger/sql_owners.py``: crash accounting and artifacts.
 
 Same rules: progress at an epoch is a receipt written at it whose status is
 not ``interrupted``/``aborted``, or a ``terminal`` event written at it.

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from nahida_workers import worker_secrets
+from nahida_workers.core.event_payloads import PayloadModel, payload_json
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -204,7 +205,7 @@ def record_events(facts: RunFacts, events: Sequence[Event]) -> None:
 def storable(record: M) -> M:
     """``record`` validated again: its validators normalise what a ``model_copy`` slipped past.
 
-    The ledger edge of issue 11 item 3: every adapter stores records through
+    The ledger edge of DESIGN.md section 2: every adapter stores records through
     this, so a NUL, a lone surrogate or an over-long id never reaches a
     column, whichever path built the value.
     """
@@ -215,10 +216,17 @@ def storable_events(events: Sequence[Event]) -> list[Event]:
     """Events as every backend stores them (unchanged objects when already clean)."""
     out: list[Event] = []
     for event in events:
-        clean = (event.call_id is None or bounded_id(event.call_id) == event.call_id) and (
-            clean_json(event.payload) is event.payload
+        data = payload_json(event.payload)
+        clean = (
+            (event.call_id is None or bounded_id(event.call_id) == event.call_id)
+            and isinstance(event.payload, PayloadModel)  # not a dict a model_copy slipped in
+            and clean_json(data) is data
         )
-        out.append(event if clean else storable(event))
+        if clean:
+            out.append(event)
+        else:  # validated again, its payload a plain mapping (see storable)
+            fields = event.model_dump(exclude={"payload"})
+            out.append(Event.model_validate({**fields, "payload": data}))
     return out
 
 

@@ -79,7 +79,7 @@ sessions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("cancel_requested_at", DateTime(timezone=True), nullable=True),
-    # Added by migration 0004: the durable crash counter (issue 10 item 2).
+    # Added by migration 0004: the durable crash counter.
     Column("open_epoch", BigInteger, nullable=True),
     Column("crash_streak", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
@@ -185,7 +185,7 @@ fleet_state = Table(
 )
 
 #: Added by migration 0004: user input too large for an event row, stored whole,
-#: addressed by the sha256 of its bytes (issue 10 item 5).
+#: addressed by the sha256 of its bytes.
 prompt_artifacts = Table(
     "prompt_artifacts",
     metadata,
@@ -195,7 +195,7 @@ prompt_artifacts = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
-#: Added by migration 0006: schedules (issue 14, DESIGN.md section 8).  The
+#: Added by migration 0006: schedules (DESIGN.md section 8).  The
 #: definition is one JSON document; ``version`` is the compare-and-set token
 #: of every decision; a removed schedule keeps its row (its fires refer to it)
 #: and frees its name.

@@ -32,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, StatementError
 
+from nahida_workers.core.event_payloads import payload_json
 from nahida_workers.core.events import (
     Event,
     ExecutionReceipt,
@@ -473,7 +474,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             "sequence": e.sequence,
             "event_type": e.type.value,
             "call_id": e.call_id,
-            "payload_json": cap_payload(e.payload, self.payload_max_bytes),
+            "payload_json": cap_payload(payload_json(e.payload), self.payload_max_bytes),
             "epoch": epoch,
             "created_at": e.created_at or now(),
         }

@@ -191,7 +191,7 @@ def database_error(exc: StatementError) -> LedgerError:
     or a value the driver could not even encode -- fails the same way every
     time: :class:`LedgerDataError`, never retried.  Anything else (a dropped
     connection, a server shutting down, a failed commit) is
-    :class:`LedgerUnavailableError`, retried (issue 11 item 3).
+    :class:`LedgerUnavailableError`, retried (DESIGN.md section 2).
     """
     refused = (DataError, ProgrammingError, NotSupportedError)
     if isinstance(exc, DBAPIError) and not isinstance(exc, refused):

@@ -1,4 +1,4 @@
-"""The durable crash counter and the prompt artifact store of the SQL ledger (issue 10).
+"""The durable crash counter and the prompt artifact store of the SQL ledger.
 
 Crash counter (item 2): ``bump_epoch`` (in ``sql_records.py``) marks the new
 owner open and, in the same statement, settles the previous open owner: one

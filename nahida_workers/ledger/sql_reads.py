@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import (
     Engine,
     select,
 )
 
+from nahida_workers.core.event_payloads import PayloadModel, parse_payload
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -18,6 +20,7 @@ from nahida_workers.core.events import (
     SessionStatus,
 )
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
+from nahida_workers.errors import StoredPayloadError
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import (
     RunFacts,
@@ -103,7 +106,7 @@ class Reads:
                 run_id=r.run_id,
                 sequence=r.sequence,
                 type=EventType(r.event_type),
-                payload=r.payload_json,
+                payload=stored_payload(r.event_type, r.payload_json, r.run_id, r.sequence),
                 call_id=r.call_id,
                 epoch=r.epoch,
                 created_at=utc(r.created_at),
@@ -202,3 +205,17 @@ class Reads:
             )
             for r in rows
         ]
+
+
+def stored_payload(event_type: str, data: Any, run_id: str, sequence: int) -> PayloadModel:
+    """The validated payload model of a stored row (the read edge, DESIGN.md section 2).
+
+    Raises:
+        StoredPayloadError: the row's payload does not have its type's shape.
+    """
+    try:
+        return parse_payload(event_type, data)
+    except (ValidationError, KeyError) as exc:
+        raise StoredPayloadError(
+            f"event {run_id}#{sequence}: {event_type} payload has the wrong shape: {exc}"
+        ) from None

@@ -37,6 +37,7 @@ nothing more (:meth:`AnthropicStreamParser.finish` raises).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from nahida_workers.core.messages import ProviderTurn, StopReason, ToolCall, Usage
@@ -158,50 +159,61 @@ class AnthropicStreamParser:
         return self.feed_data(data, event.event)
 
     def feed_data(self, data: dict[str, Any], event_name: str = "message") -> str:
-        """Consume one parsed event object; return its text delta."""
+        """Consume one parsed event object; return its text delta.
+
+        Unknown event types (and ``ping``) are ignored, as the wire rules ask.
+        """
         kind = data.get("type") or event_name
-        if kind == "content_block_delta":
-            return self._delta(data)
-        if kind == "content_block_start":
-            block = data.get("content_block")
-            block = block if isinstance(block, dict) else {}
-            started = _Block(str(block.get("type") or ""), block)
-            self._blocks[_index(data)] = started
-            text = block.get("text")
-            if started.kind == "text" and isinstance(text, str) and text:
-                started.parts.append(text)
-                return text
-        elif kind == "message_start":
-            message = data.get("message")
-            message = message if isinstance(message, dict) else {}
-            if isinstance(message.get("model"), str):
-                self._model = message["model"]
-            usage = message.get("usage")
-            if isinstance(usage, dict):
-                self._usage = dict(usage)
-        elif kind == "message_delta":
-            delta = data.get("delta")
-            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
-                self._stop = delta["stop_reason"]
-            usage = data.get("usage")
-            if isinstance(usage, dict):
-                merged = self._usage if self._usage is not None else {}
-                merged.update({k: v for k, v in usage.items() if v is not None})
-                self._usage = merged
-        elif kind == "content_block_stop":
-            if self._on_tool_call is not None:
-                block = self._blocks.get(_index(data))
-                if block is not None and block.kind == "tool_use":
-                    block.stopped = True
-                    self._report(stopped_only=True)
-        elif kind == "message_stop":
-            self._done = True
-        elif kind == "error":
-            error = data.get("error")
-            raise error_from_payload(
-                error if isinstance(error, dict) else {}, provider=self._provider
-            )
+        handler = _HANDLERS.get(str(kind))
+        return "" if handler is None else handler(self, data)
+
+    def _on_block_start(self, data: dict[str, Any]) -> str:
+        block = data.get("content_block")
+        block = block if isinstance(block, dict) else {}
+        started = _Block(str(block.get("type") or ""), block)
+        self._blocks[_index(data)] = started
+        text = block.get("text")
+        if started.kind == "text" and isinstance(text, str) and text:
+            started.parts.append(text)
+            return text
         return ""
+
+    def _on_message_start(self, data: dict[str, Any]) -> str:
+        message = data.get("message")
+        message = message if isinstance(message, dict) else {}
+        if isinstance(message.get("model"), str):
+            self._model = message["model"]
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self._usage = dict(usage)
+        return ""
+
+    def _on_message_delta(self, data: dict[str, Any]) -> str:
+        delta = data.get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+            self._stop = delta["stop_reason"]
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            merged = self._usage if self._usage is not None else {}
+            merged.update({k: v for k, v in usage.items() if v is not None})
+            self._usage = merged
+        return ""
+
+    def _on_block_stop(self, data: dict[str, Any]) -> str:
+        if self._on_tool_call is not None:
+            block = self._blocks.get(_index(data))
+            if block is not None and block.kind == "tool_use":
+                block.stopped = True
+                self._report(stopped_only=True)
+        return ""
+
+    def _on_message_stop(self, data: dict[str, Any]) -> str:
+        self._done = True
+        return ""
+
+    def _on_error(self, data: dict[str, Any]) -> str:
+        error = data.get("error")
+        raise error_from_payload(error if isinstance(error, dict) else {}, provider=self._provider)
 
     def mark_done(self) -> None:
         """Record that the response is complete (a non-stream body has no message_stop)."""
@@ -285,6 +297,18 @@ class AnthropicStreamParser:
                 if value is not None:
                     block.extra.setdefault(key, []).append(value)
         return ""
+
+
+#: One handler per Messages stream event type; others are ignored.
+_HANDLERS: dict[str, Callable[[AnthropicStreamParser, dict[str, Any]], str]] = {
+    "content_block_delta": AnthropicStreamParser._delta,
+    "content_block_start": AnthropicStreamParser._on_block_start,
+    "message_start": AnthropicStreamParser._on_message_start,
+    "message_delta": AnthropicStreamParser._on_message_delta,
+    "content_block_stop": AnthropicStreamParser._on_block_stop,
+    "message_stop": AnthropicStreamParser._on_message_stop,
+    "error": AnthropicStreamParser._on_error,
+}
 
 
 def _index(data: dict[str, Any]) -> int:

@@ -159,11 +159,25 @@ class OpenAIStreamParser:
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: dict[str, Any]) -> str:
-        """Consume one parsed ``chat.completion.chunk``; return its text delta."""
+        """Consume one parsed ``chat.completion.chunk``; return its text delta.
+
+        Raises:
+            ProviderAPIError: the chunk carries an ``error`` object.
+        """
         error = chunk.get("error")
         if error:
             payload = error if isinstance(error, dict) else {"message": str(error)}
             raise error_from_payload(payload, provider=self._provider)
+        self._chunk_metadata(chunk)
+        delta_text = ""
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # we never ask for n > 1
+            delta_text += self._choice(choice)
+        return delta_text
+
+    def _chunk_metadata(self, chunk: dict[str, Any]) -> None:
+        """Keep the last non-null usage and the first model and completion id."""
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
@@ -171,30 +185,28 @@ class OpenAIStreamParser:
             self._model = chunk["model"]
         if self._completion_id is None and isinstance(chunk.get("id"), str):
             self._completion_id = chunk["id"]
+
+    def _choice(self, choice: dict[str, Any]) -> str:
+        """Consume choice 0 of a chunk; return its text delta."""
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        content = delta.get("content")
         delta_text = ""
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue  # we never ask for n > 1
-            delta = choice.get("delta")
-            if not isinstance(delta, dict):
-                delta = {}
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text.append(content)
-                delta_text += content
-            refusal = delta.get("refusal")
-            if isinstance(refusal, str) and refusal:
-                self._refusal.append(refusal)
-            tool_calls = delta.get("tool_calls")
-            if tool_calls:
-                for fragment in tool_calls:
-                    if isinstance(fragment, dict):
-                        self._tool_fragment(fragment)
-            finish = choice.get("finish_reason")
-            if isinstance(finish, str) and finish:
-                self._finish = finish
-                if self._on_tool_call is not None:
-                    self._seal(terminal=True)
+        if isinstance(content, str) and content:
+            self._text.append(content)
+            delta_text = content
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self._refusal.append(refusal)
+        for fragment in delta.get("tool_calls") or ():
+            if isinstance(fragment, dict):
+                self._tool_fragment(fragment)
+        finish = choice.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self._finish = finish
+            if self._on_tool_call is not None:
+                self._seal(terminal=True)
         return delta_text
 
     def mark_done(self) -> None:

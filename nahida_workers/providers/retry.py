@@ -47,7 +47,7 @@ class RetryPolicy:
         max_protocol_repairs: retries of a malformed response
             (:class:`ProviderProtocolError`; a merely truncated stream is
             retried like a transport error): one repair, then the run fails
-            ``provider_protocol_invalid`` (issue 5 item 1).
+            ``provider_protocol_invalid`` (DESIGN.md section 6).
     """
 
     max_retries: int = 2

@@ -1,4 +1,4 @@
-"""Prompt artifacts: user input too large for an event row (issue 10 item 5).
+"""Prompt artifacts: user input too large for an event row.
 
 The model never sees a storage artefact.  Input whose JSON encoding exceeds
 ``prompt_inline_max_bytes`` is stored whole in the ledger, addressed by the

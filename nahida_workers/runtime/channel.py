@@ -1,4 +1,4 @@
-"""User-visible events and the channel policies that filter them (issue 5 item 5).
+"""User-visible events and the channel policies that filter them (DESIGN.md section 6).
 
 What a person watching a session sees: ``commentary`` (assistant text that
 comes with tool calls), ``tool_started``, ``tool_result``, ``final`` and

@@ -7,7 +7,7 @@ crash between the commit and the publish leaves an unpublished outbox row
 that :meth:`Dispatcher.publish_pending` (the sweeper) publishes later.
 
 Creating a session with an idempotency key the ledger already holds returns
-the existing session and publishes nothing new (issue 2 item 9; a schedule's
+the existing session and publishes nothing new (DESIGN.md section 2; a schedule's
 fire uses ``schedule id + fire time + repository`` as the key, DESIGN.md
 section 8, ``nahida_workers/schedules/policy.py``).
 

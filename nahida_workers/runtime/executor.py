@@ -1,8 +1,8 @@
 """Tool executors: run one batch, return executions in provider order.
 
 :class:`InlineExecutor` runs the calls one after the other in the session
-worker, each bounded by its tool's timeout (``runtime/bounded.py``, issue 11
-item 1).  Fan-out executors (a local thread pool, the remote ``tools`` queue)
+worker, each bounded by its tool's timeout (``runtime/bounded.py``,
+DESIGN.md section 5).  Fan-out executors (a local thread pool, the remote ``tools`` queue)
 implement the same :class:`ToolExecutor` protocol.
 """
 

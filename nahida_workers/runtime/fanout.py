@@ -1,6 +1,6 @@
 """Fan-out: concurrency-safe calls in parallel, gathered in provider order.
 
-DESIGN.md section 3 step 4 and issue 3.  A parallel batch starts every call at
+DESIGN.md section 3 step 4 and section 5.  A parallel batch starts every call at
 once -- ``remote`` ones as tasks on the ``tools`` queue, ``local`` ones in a
 bounded thread pool inside the session worker -- and is gathered in provider
 order, whatever order the calls finish in.  An exclusive call runs alone,
@@ -9,7 +9,7 @@ inline.  Both placements share one set of rules:
 * a call that does not answer within its tool's timeout gets a ``timed_out``
   result and receipt; a remote task is revoked, a local one is asked to stop
   through its cancel event and abandoned (its thread no longer holds a pool
-  slot).  Each call's deadline is its own (issue 11 item 5): a local call's
+  slot).  Each call's deadline is its own (DESIGN.md section 5): a local call's
   counts from the moment its thread started it, a remote call's from its
   submission (the queue wait included: the session cannot see when a tool
   worker picked it up); a result already there when a deadline is checked is

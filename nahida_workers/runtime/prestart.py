@@ -1,6 +1,6 @@
 """Streaming pre-start: start safe calls while the provider is still streaming.
 
-DESIGN.md section 3 and issue 3 item 6.  While the stream is open the
+DESIGN.md section 3 ("Streaming pre-start").  While the stream is open the
 provider reports each tool call whose arguments are complete; a call may be
 started early only if its tool is read-only AND concurrency-safe (being
 concurrency-safe alone is not enough) and no exclusive call came before it
@@ -105,7 +105,7 @@ class PreStart:
 
 
 class FallbackGuard:
-    """The runtime's ``on_fallback`` (DESIGN.md section 3, issue 10 item 8).
+    """The runtime's ``on_fallback`` (DESIGN.md section 3).
 
     When a provider gives up and the next one is tried, the executor epoch of
     the run is bumped and every call the failed provider pre-started is

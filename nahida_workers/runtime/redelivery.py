@@ -1,4 +1,4 @@
-"""No delivery is the last one while a session is unfinished (issue 10 items 1 and 2).
+"""No delivery is the last one while a session is unfinished.
 
 DESIGN.md section 4: a duplicate delivery finds the lease held and exits.
 Exiting alone is not safe.  With a prefork pool, the OOM killer (or any

@@ -1,4 +1,4 @@
-"""Scheduled agent jobs (issue 14, DESIGN.md section 8): schedules live in the ledger.
+"""Scheduled agent jobs (DESIGN.md section 8): schedules live in the ledger.
 
 ``model`` (definitions, rows), ``timing`` and ``policy`` (pure: when fires are
 due and what each one does), ``store`` (the ScheduleStore port and its

@@ -1,4 +1,4 @@
-"""Schedule definitions from the command line or ``config/schedules.yaml`` (issue 14 items 1, 5).
+"""Schedule definitions from the command line or ``config/schedules.yaml`` (DESIGN.md section 8).
 
 Both go through :func:`build_definition`: the job is loaded and validated
 (its provider built, its tools resolved -- a typo is a usage error now, not

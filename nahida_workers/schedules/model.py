@@ -1,4 +1,4 @@
-"""Schedules as data (issue 14 item 1, DESIGN.md section 8): definitions, rows, fires.
+"""Schedules as data (DESIGN.md section 8): definitions, rows, fires.
 
 A :class:`ScheduleDef` is what a user declares (``nahida schedule add``, a
 ``config/schedules.yaml`` entry): a job snapshot, its repositories, a cron

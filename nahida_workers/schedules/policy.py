@@ -1,7 +1,7 @@
 """What a tick decides for one schedule: pure, ``now`` and the running fires as arguments.
 
 :func:`plan_tick` walks the fire times after the schedule's cursor, oldest
-first, and decides each one (issue 14 item 3, after Temporal's schedules):
+first, and decides each one (DESIGN.md section 8, after Temporal's schedules):
 
 * not yet due (its jittered due time is after ``now``) -> stop; later ticks go on;
 * later than ``catchup_window_s`` -> ``missed`` (beat was down too long);

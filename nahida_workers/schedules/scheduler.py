@@ -78,7 +78,7 @@ def ticker_name() -> str:
 
 
 def count_fire(schedule: str, outcome: FireOutcome) -> None:
-    """Increment ``nahida_schedule_fires_total`` (issue 14 item 4)."""
+    """Increment ``nahida_schedule_fires_total`` (DESIGN.md section 8)."""
     from nahida_workers.metrics import SCHEDULE_FIRES
 
     SCHEDULE_FIRES.labels(schedule=schedule, outcome=outcome.value).inc()

@@ -1,6 +1,6 @@
 """The SQL schedule store: PostgreSQL and SQLite, on the ledger's engine.
 
-The two statements that make two beats safe (issue 14 item 2):
+The two statements that make two beats safe (DESIGN.md section 8):
 
 * ``UPDATE schedules SET version = v + 1 ... WHERE schedule_id = ? AND
   version = v`` -- the compare-and-set a tick's plan commits behind.  On

@@ -1,6 +1,6 @@
 """The ScheduleStore port and its in-memory twin (DESIGN.md sections 8 and 9).
 
-The store is where "the ledger decides" (issue 14 item 2): a tick commits a
+The store is where "the ledger decides" (DESIGN.md section 8): a tick commits a
 plan only through :meth:`ScheduleStore.commit_plan`, a compare-and-set on the
 schedule's ``version`` in the same transaction that inserts the fire rows
 (``(schedule_id, fire_time)`` unique, insert-if-absent).  Two beats that

@@ -133,7 +133,7 @@ class InlineResult:
     receipts: list[ExecutionReceipt]
 
     @property
-    def terminal(self) -> dict[str, Any]:
+    def terminal(self) -> Mapping[str, Any]:
         """The terminal event's payload."""
         return self.events[-1].payload
 

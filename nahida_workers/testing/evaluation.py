@@ -1,4 +1,6 @@
-"""The evaluation set: scripted sessions and the terminal state each must end in (issue 5).
+"""The evaluation set: scripted sessions and the terminal state each must end in.
+
+The categories and states follow DESIGN.md section 6.
 
 ``tests/eval/sessions.yaml`` lists sessions in seven categories (read,
 inspect, modify, run_tests, send, question, provider -- provider outcomes
@@ -74,7 +76,7 @@ __all__ = [
 DEFAULT_SET = Path(__file__).resolve().parents[2] / "tests" / "eval" / "sessions.yaml"
 
 Category = Literal["read", "inspect", "modify", "run_tests", "send", "question", "provider"]
-#: The categories of issue 5 (and issue 10's provider outcomes), in display order.
+#: The categories of DESIGN.md section 6 (and the provider outcomes), in display order.
 CATEGORIES: tuple[str, ...] = (
     "read",
     "inspect",

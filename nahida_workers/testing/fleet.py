@@ -176,7 +176,7 @@ class Fleet:
         """Start ``celery -A tasks beat`` (its own schedule file) and wait until it runs.
 
         Any number of beats may run against one broker: each sends the
-        schedule tick, and the ledger decides every fire once (issue 14).
+        schedule tick, and the ledger decides every fire once (DESIGN.md section 8).
         """
         name = name or f"beat{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
         log = self.workdir / f"{name}.log"

@@ -3,7 +3,7 @@
 A tool declares (DESIGN.md section 5): name, JSON Schema for its input,
 ``read_only``, ``concurrency_safe``, ``idempotent``, evidence kind, timeout in
 seconds and a placement.  Only tools that are read-only AND concurrency-safe
-may leave the session worker (issue 3 item 1); :meth:`ToolSpec.may_fan_out`
+may leave the session worker (DESIGN.md section 5); :meth:`ToolSpec.may_fan_out`
 is that rule, in one place.
 """
 
@@ -35,7 +35,7 @@ __all__ = [
 
 
 class Placement(StrEnum):
-    """Where a concurrency-safe tool runs (issue 3 item 7).
+    """Where a concurrency-safe tool runs (DESIGN.md section 5).
 
     ``remote``: a Celery task on the ``tools`` queue (default for
     concurrency-safe tools).  ``local``: a bounded thread pool inside the
@@ -58,7 +58,7 @@ class ToolSpec:
         read_only: never changes the workspace or the outside world.
         concurrency_safe: may run at the same time as other safe calls.
         idempotent: running it twice with the same idempotency key has the
-            effect of running it once (recovery may re-run it, issue 6).
+            effect of running it once (DESIGN.md section 3, recovery may re-run it).
         evidence_kind: what a successful call proves.
         timeout_s: wall-clock limit per call, in seconds.
         placement: where a fan-out-capable call runs by default.

@@ -69,7 +69,7 @@ class Edit(Tool):
         FIFO or device is refused unopened, a symlink race is refused) and
         every size is checked before any big string is built: the file, the
         ``new_string`` and the file the edit would produce are each at most
-        :data:`MAX_EDIT_BYTES` (issue 11 item 6).
+        :data:`MAX_EDIT_BYTES` (DESIGN.md section 5).
         """
         user_path = str(arguments["path"])
         old = str(arguments["old_string"])

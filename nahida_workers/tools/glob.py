@@ -40,7 +40,7 @@ def compile_glob(pattern: str) -> GlobPattern:
     ``**`` matches zero or more whole directories (a trailing ``**`` matches
     everything below).  Each segment is an RE2 expression matched against one
     path segment, so matching takes time linear in the path whatever the
-    pattern (``*a*a*a*a*b`` cannot backtrack: issue 11 item 2).
+    pattern (``*a*a*a*a*b`` cannot backtrack: DESIGN.md section 5).
 
     Raises:
         ToolError: code ``invalid_pattern`` for an empty pattern or a bad

@@ -63,7 +63,7 @@ class LS(Tool):
         rel = relative_to_workspace(ctx.workspace, path)
         # Listed through a descriptor opened component by component with
         # O_NOFOLLOW: a directory swapped for a symlink meanwhile is refused,
-        # never listed (issue 11 item 9).
+        # never listed (DESIGN.md section 5).
         with workspace_fs(ctx.workspace) as fs:
             try:
                 dir_fd = fs.open_directory(rel)

@@ -1,4 +1,4 @@
-"""ReadPromptArtifact: read part of a user input stored as a prompt artifact (issue 10 item 5).
+"""ReadPromptArtifact: read part of a user input stored as a prompt artifact.
 
 Offered by the runtime to a run whose transcript refers to a stored input
 (``runtime/artifacts.py``); never part of a job's tool list.  Read-only,

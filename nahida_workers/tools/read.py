@@ -82,7 +82,7 @@ class Read(Tool):
         FIFO, socket or device is refused before it is opened, and its type
         and size are known before a byte is hashed; a file larger than
         :data:`~nahida_workers.tools.safe_open.MAX_HASH_BYTES` is neither
-        hashed nor scanned past the lines shown (issue 11 item 6).
+        hashed nor scanned past the lines shown (DESIGN.md section 5).
         """
         user_path = str(arguments["path"])
         path = resolve_inside(ctx.workspace, user_path)

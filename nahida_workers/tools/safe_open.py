@@ -1,4 +1,4 @@
-"""Opening workspace files so that a check cannot be raced (issue 11 items 1 and 9).
+"""Opening workspace files so that a check cannot be raced (DESIGN.md section 5).
 
 :func:`~nahida_workers.tools.workspace.resolve_inside` proves that a path
 *resolves* inside the workspace, but a process that swaps a directory for a

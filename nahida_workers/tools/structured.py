@@ -2,7 +2,7 @@
 
 When a session's completion contract has an ``output_schema``, the model is
 offered this tool with that schema as its input schema.  A call whose
-arguments validate IS the answer; JSON written in prose is not (issue 5).  The
+arguments validate IS the answer; JSON written in prose is not (DESIGN.md section 6).  The
 receipt stores the object, its sha256 and the schema's digest, which is what
 the completion policy checks.
 """

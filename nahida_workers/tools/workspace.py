@@ -9,7 +9,7 @@ The check is made once, before the tool acts on the path; the tools then
 open the path through :mod:`~nahida_workers.tools.safe_open` (component by
 component with ``O_NOFOLLOW`` from a workspace root descriptor), so a process
 that swaps a directory for a symlink between the check and the use is
-refused, not followed (issue 11 item 9).  Bash is not confined by any of
+refused, not followed (DESIGN.md section 5).  Bash is not confined by any of
 this: it can read and write anywhere its user can.
 """
 

@@ -1,4 +1,4 @@
-"""The web view served by ``nahida serve`` (issue 16 item 14): HTML from the ledger.
+"""The web view served by ``nahida serve``: HTML from the ledger.
 
 ``/`` lists batches (and sessions outside any batch), ``/batches/{id}`` a
 batch's sessions, ``/sessions/{id}`` a session's runs, its parent and its
@@ -67,8 +67,13 @@ def _check(value: str) -> str:
 def web_router(services: Services) -> APIRouter:
     """The HTML pages over ``services``' ledger."""
     router = APIRouter(include_in_schema=False)
-    fleet = services.fleet
-    ledger = fleet.ledger
+    _add_listing_pages(router, services.fleet.ledger)
+    _add_run_pages(router, services.fleet)
+    return router
+
+
+def _add_listing_pages(router: APIRouter, ledger: Any) -> None:
+    """``/``, ``/login``, ``/batches/{id}`` and ``/sessions/{id}``."""
 
     @router.get("/", response_class=HTMLResponse)
     def index() -> HTMLResponse:
@@ -102,6 +107,11 @@ def web_router(services: Services) -> APIRouter:
         children = [s for s in ledger.sessions() if s.parent_id == full]
         return _render("session.html", session=session, runs=runs, children=children)
 
+
+def _add_run_pages(router: APIRouter, fleet: Any) -> None:
+    """``/runs/{id}`` and ``/runs/{id}/timeline.svg``."""
+    ledger = fleet.ledger
+
     @router.get("/runs/{run_id}", response_class=HTMLResponse)
     def run_page(run_id: str) -> HTMLResponse:
         full = resolve(ledger, "run", _check(run_id))
@@ -128,5 +138,3 @@ def web_router(services: Services) -> APIRouter:
         events = ledger.events(run_id)
         bars = bars_of(events, ledger.receipts(run_id), placement=placement)
         return run, timeline_svg(bars, title=f"run {run_id}"), bars, events
-
-    return router

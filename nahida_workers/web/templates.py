@@ -74,7 +74,7 @@ _RUN = """{% extends "base.html" %}{% block title %}run {{ run.run_id }}{% endbl
 <h2>Events</h2><table id="events"><tr><th>#</th><th>type</th><th>call</th><th>epoch</th><th>at</th><th>payload</th></tr>
 {% for e in events %}<tr><td>{{ e.sequence }}</td><td>{{ e.type.value }}</td><td class="id">{{ e.call_id or "" }}</td>
 <td>{{ e.epoch }}</td><td>{{ e.created_at.isoformat()[11:23] if e.created_at else "" }}</td>
-<td><pre>{{ e.payload|tojson|truncate(600) }}</pre></td></tr>{% endfor %}</table>{% endblock %}"""
+<td><pre>{{ e.payload.as_json()|tojson|truncate(600) }}</pre></td></tr>{% endfor %}</table>{% endblock %}"""
 
 TEMPLATES = {
     "base.html": _BASE,

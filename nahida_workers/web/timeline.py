@@ -1,4 +1,4 @@
-"""A run's timeline as SVG, drawn on the server from the ledger (issue 16 item 14).
+"""A run's timeline as SVG, drawn on the server from the ledger.
 
 Lane 0 holds the provider turns: a turn runs from the last event committed
 before it (the prompt, or the previous turn's tool results) to the commit of
@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
+from typing import Any
 
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 
@@ -107,7 +108,7 @@ def _tool_bar(
     name = str(call.payload.get("name"))
     receipt = by_call.get(call.call_id or "")
     result = results.get(call.call_id)
-    result_payload = result.payload if result is not None else {}
+    result_payload: Mapping[str, Any] = result.payload if result is not None else {}
     synthetic = bool(result_payload.get("synthetic"))
     status = str(result_payload.get("status") or (receipt.status.value if receipt else "open"))
     if receipt is not None:

@@ -858,3 +858,24 @@ def test_a_value_postgresql_refuses_is_a_data_error_never_an_outage(
     )
     exc = refuse(w, LedgerDataError, lambda tx: postgres_ledger.append_events(tx, [raw]))
     assert not getattr(exc, "retryable", True)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_stored_payload_of_the_wrong_shape_is_a_typed_error_on_read(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The read edge validates each payload against its event type's model."""
+    from nahida_workers.errors import StoredPayloadError
+
+    ledger: SqlLedger = request.getfixturevalue(f"{backend}_ledger")
+    w = make_world(ledger)
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE agent_run_events SET payload_json = :bad "
+                "WHERE run_id = :run AND sequence = 1"
+            ),
+            {"bad": '{"text": "go", "message_id": ["not", "an", "id"]}', "run": w.run_id},
+        )
+    with pytest.raises(StoredPayloadError, match="user_input"):
+        ledger.events(w.run_id)

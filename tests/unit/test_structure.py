@@ -27,14 +27,6 @@ PACKAGE = Path(nahida_workers.__file__).parent
 ROOT = PACKAGE.parent
 MAX_LINES = 60
 MAX_COMPLEXITY = 12
-#: Not yet split (issue 12 follow-up); the list may only shrink.
-PENDING_LONG = frozenset({"nahida_workers.web.pages.web_router"})
-PENDING_COMPLEX = frozenset(
-    {
-        "nahida_workers/providers/anthropic_stream.py:feed_data",
-        "nahida_workers/providers/openai_stream.py:feed_chunk",
-    }
-)
 #: Parts of the package that talk to infrastructure: core/ may import none of them.
 ADAPTERS = (
     "nahida_workers.api",
@@ -147,7 +139,7 @@ def test_no_function_is_longer_than_60_lines() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > MAX_LINES and f"{name}.{node.name}" not in PENDING_LONG:
+                if lines > MAX_LINES:
                     long.append(f"{name}.{node.name}: {lines} lines")
     assert not long, long
 
@@ -171,15 +163,7 @@ def test_no_function_is_more_complex_than_12_and_ruff_passes() -> None:
         cwd=ROOT,
     )
     found = [line for line in complexity.stdout.splitlines() if " C901 " in line]
-    wrong = [
-        line
-        for line in found
-        if not any(
-            line.startswith(path) and f"`{fn}`" in line
-            for path, fn in (p.split(":") for p in PENDING_COMPLEX)
-        )
-    ]
-    assert not wrong, "\n".join(wrong)
+    assert not found, "\n".join(found)
     lint = subprocess.run([ruff, "check", "."], capture_output=True, text=True, cwd=ROOT)
     assert lint.returncode == 0, lint.stdout[-4000:] + lint.stderr
 

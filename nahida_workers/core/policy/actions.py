@@ -84,7 +84,7 @@ PolicyAction = Accept | Correct | Settle | ContinueWithInbox | RunStopHooks
 
 @dataclass(frozen=True)
 class PolicyLimits:
-    """Correction bounds of the pipeline (each a named setting; issue 5).
+    """Correction bounds of the pipeline (DESIGN.md section 6, each a named setting).
 
     Attributes:
         evidence_corrections: turns the evidence contract may ask for.

@@ -94,7 +94,7 @@ def claims(text: str) -> set[Claim]:
 
 
 class VerifyCategory(StrEnum):
-    """What a user can ask to be verified (issue 5)."""
+    """What a user can ask to be verified (DESIGN.md section 6)."""
 
     TEST = "test"
     LINT = "lint"

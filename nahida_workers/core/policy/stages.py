@@ -1,4 +1,4 @@
-"""The completion stages, in DESIGN.md section 6 order (issue 5 item 3).
+"""The completion stages, in DESIGN.md section 6 order.
 
 pending steering -> structured output -> incomplete intent -> explicit
 verification -> stop hooks -> tool required (case B09) -> evidence contract

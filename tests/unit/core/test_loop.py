@@ -214,7 +214,7 @@ def test_terminal_states(name: str, tmp_path: Path) -> None:
     )
     assert result.session.status is SessionStatus.DONE
     assert len(ran.requests) == case.provider_calls
-    assert "upstream exploded" not in json.dumps([e.payload for e in result.events])
+    assert "upstream exploded" not in json.dumps([e.payload.as_json() for e in result.events])
 
 
 def test_evidence_contract_sends_exactly_one_correction(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Prompt artifacts and the durable crash counter (issue 10 items 2 and 5).
+"""Prompt artifacts and the durable crash counter.
 
 Revision ID: 0004_artifacts_crashes
 Revises: 0003_fleet_state

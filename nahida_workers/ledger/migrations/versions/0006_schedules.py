@@ -1,4 +1,4 @@
-"""Schedules and their fires (issue 14, DESIGN.md section 8).
+"""Schedules and their fires (DESIGN.md section 8).
 
 Revision ID: 0006_schedules
 Revises: 0004_artifacts_crashes

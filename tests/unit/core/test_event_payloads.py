@@ -1,0 +1,81 @@
+"""Typed event payloads (core/event_payloads.py): one model per event type."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from nahida_workers.core.event_payloads import (
+    PAYLOAD_MODELS,
+    AssistantOutputPayload,
+    ControlPayload,
+    ToolResultPayload,
+    UserInputPayload,
+    parse_payload,
+    payload_json,
+)
+from nahida_workers.core.events import Event, EventType
+
+
+def _event(kind: EventType, payload: dict[str, object]) -> Event:
+    return Event(run_id="r", sequence=1, type=kind, payload=payload)
+
+
+def test_every_event_type_has_one_payload_model() -> None:
+    assert set(PAYLOAD_MODELS) == {t.value for t in EventType}
+    assert all(PAYLOAD_MODELS[t].event_type == t for t in PAYLOAD_MODELS)
+
+
+def test_a_mapping_payload_becomes_its_event_types_model() -> None:
+    event = _event(EventType.TOOL_RESULT, {"call_id": "c", "status": "ok", "content": "x"})
+    assert isinstance(event.payload, ToolResultPayload)
+    assert event.payload.status == "ok" and event.payload.content == "x"
+    assert isinstance(_event(EventType.CONTROL, {"kind": "bound"}).payload, ControlPayload)
+
+
+def test_the_stored_json_keeps_exactly_the_keys_it_was_built_with() -> None:
+    """Unset optional fields are never written; unknown keys are kept (old rows)."""
+    data = {"text": "hi", "legacy": {"n": [1, None]}}
+    event = _event(EventType.USER_INPUT, data)
+    assert payload_json(event.payload) == data
+    assert event.model_dump()["payload"] == data
+    assert Event.model_validate(event.model_dump()) == event
+
+
+def test_a_payload_reads_like_the_mapping_it_was_built_from() -> None:
+    payload = _event(EventType.USER_INPUT, {"text": "hi", "source": "prompt"}).payload
+    assert payload["text"] == "hi" and payload.get("message_id") is None
+    assert "source" in payload and "artifact" not in payload
+    assert {**payload} == {"text": "hi", "source": "prompt"} == payload
+    with pytest.raises(KeyError):
+        payload["artifact"]
+
+
+def test_values_are_made_storable_before_the_model_is_built() -> None:
+    payload = _event(EventType.USER_INPUT, {"text": "a\x00b"}).payload
+    assert isinstance(payload, UserInputPayload) and "\x00" not in str(payload.text)
+
+
+@pytest.mark.parametrize(
+    ("kind", "bad"),
+    [
+        (EventType.ASSISTANT_OUTPUT, {"turn": "first"}),
+        (EventType.ASSISTANT_OUTPUT, {"call_ids": "c1"}),
+        (EventType.TOOL_RESULT, {"is_error": "maybe"}),
+        (EventType.TOOL_CALL, {"index": [0]}),
+        (EventType.TERMINAL, {"state": 3}),
+        (EventType.CONTROL, {"kind": {"nested": True}}),
+    ],
+)
+def test_the_read_edge_rejects_a_payload_of_the_wrong_shape(
+    kind: EventType, bad: dict[str, object]
+) -> None:
+    with pytest.raises(ValidationError):
+        parse_payload(kind.value, bad)
+
+
+def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
+    capped = {"capped": True, "head": "H", "tail": "T", "sha256": "0" * 64, "size": 9}
+    parsed = parse_payload("assistant_output", {"text": capped, "turn": 0, "call_ids": []})
+    assert isinstance(parsed, AssistantOutputPayload) and parsed.text == capped
+    assert parsed.as_json() == {"text": capped, "turn": 0, "call_ids": []}
