@@ -207,7 +207,7 @@ class MemoryLedger(MemoryOwnerOps):
             stored, created = self.create_session(tx, session)
             if created:
                 self.create_run(tx, run)
-                self.append_events(tx, events)
+                self.append(tx, events)
                 self.add_outbox(tx, outbox)
         return stored, created
 
@@ -224,10 +224,10 @@ class MemoryLedger(MemoryOwnerOps):
         self, tx: MemoryTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
     ) -> None:
         """Events, then their receipts, as one write (a commit point)."""
-        self.append_events(tx, events)
-        self.put_receipts(tx, receipts)
+        self._append_events(tx, events)
+        self._put_receipts(tx, receipts)
 
-    def append_events(self, tx: MemoryTx, events: Sequence[Event]) -> None:
+    def _append_events(self, tx: MemoryTx, events: Sequence[Event]) -> None:
         """Append events under the transaction's fence (rules in ``rules.py``)."""
         if not events:
             return
@@ -248,14 +248,14 @@ class MemoryLedger(MemoryOwnerOps):
         )
         tx.undo.append(lambda: log.__delitem__(slice(start, None)))
 
-    def put_receipts(self, tx: MemoryTx, receipts: Sequence[ExecutionReceipt]) -> None:
+    def _put_receipts(self, tx: MemoryTx, receipts: Sequence[ExecutionReceipt]) -> None:
         """Store receipts; each needs a committed tool_call and no prior receipt."""
         if not receipts:
             return
         receipts = storable_receipts(receipts)
         run_id = receipts[0].run_id
         if any(r.run_id != run_id for r in receipts):
-            raise LedgerIntegrityError("one put_receipts call must hold receipts of one run")
+            raise LedgerIntegrityError("one append must hold receipts of one run")
         fence = self._require_fence(tx, run_id)
         check_receipts(self._facts(run_id), receipts)
         log = self._receipts.setdefault(run_id, [])
@@ -313,7 +313,7 @@ class MemoryLedger(MemoryOwnerOps):
         ended_at: datetime,
     ) -> None:
         """Terminal event + run row + inbox acknowledgement + session ``done``, cancel consumed."""
-        self.append_events(tx, [event])
+        self._append_events(tx, [event])
         self.finish_run(
             tx,
             event.run_id,

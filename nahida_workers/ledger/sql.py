@@ -459,14 +459,6 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         if facts is not None:
             record_events(facts, [event])
 
-    def append_events(self, tx: SqlTx, events: Sequence[Event]) -> None:
-        """Insert events under the transaction's fence (rules in ``rules.py``)."""
-        self.append(tx, events)
-
-    def put_receipts(self, tx: SqlTx, receipts: Sequence[ExecutionReceipt]) -> None:
-        """Insert receipts; each needs a committed tool_call and no prior receipt."""
-        self.append(tx, (), receipts)
-
     def _event_row(self, e: Event, epoch: int) -> dict[str, Any]:
         return {
             "run_id": e.run_id,

@@ -262,7 +262,7 @@ class RecordWrites:
                 stored, created = self.create_session(tx, session)
                 if created:
                     self.create_run(tx, run)
-                    self.append_events(tx, events)  # type: ignore[attr-defined]
+                    self.append(tx, events)  # type: ignore[attr-defined]
                     self.add_outbox(tx, outbox)
             return stored, created
         with self._single_statement() as conn:

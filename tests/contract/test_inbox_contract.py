@@ -141,7 +141,7 @@ def test_seal_writes_its_facts_together(ledger: Any) -> None:
     post(w, message("m1"))
     post(w, message("m2"))
     with ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
-        ledger.append_events(tx, [user_input(w.run_id, 2, "m1's text")])
+        ledger.append(tx, [user_input(w.run_id, 2, "m1's text")])
         ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
     w.append(tool_call(w.run_id, 3, "c1"))  # the owner's facts are carried from here
     w.append(tool_result(w.run_id, 4, "c1"))
