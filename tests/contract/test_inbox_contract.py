@@ -200,7 +200,7 @@ def test_seal_statement_is_all_or_nothing_on_postgres(postgres_ledger: Any) -> N
         "failure_code": None,
         "ended_at": T0,
     }
-    row = postgres_ledger._event_row(terminal(w.run_id, 2), 0)
+    row = postgres_ledger.event_row(terminal(w.run_id, 2), 0)
     with postgres_ledger.engine.begin() as conn:
         stale = seal_pg(conn, "s-1", 7, run, [row])
     assert stale == Sealed(epoch=0, sealed=False, events_written=0)
