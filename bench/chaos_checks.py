@@ -17,7 +17,7 @@ from nahida_workers.core.events import Event, EventType, SessionStatus, ToolStat
 from nahida_workers.core.messages import ProviderRequest
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.core.transcript import project
-from nahida_workers.ports import Ledger
+from nahida_workers.ports import LedgerReader
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages
 from nahida_workers.testing.fleet import Worker
 from nahida_workers.testing.validate import validate_anthropic_messages, validate_openai_messages
@@ -47,7 +47,7 @@ class LedgerDump:
     inbox: dict[str, list[Any]]
 
     @classmethod
-    def read(cls, ledger: Ledger[Any]) -> LedgerDump:
+    def read(cls, ledger: LedgerReader) -> LedgerDump:
         """Read the whole ledger through its read API (any adapter)."""
         sessions = ledger.sessions()
         runs = {s.session_id: ledger.runs_of(s.session_id) for s in sessions}

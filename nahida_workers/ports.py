@@ -11,8 +11,14 @@ Provider       providers.openai_compat,       providers.scripted
 Ledger         ledger.sql (Postgres, SQLite)  ledger.memory
 LeaseStore     lease.redis (Redis, fakeredis) lease.memory
 ToolExecutor   runtime.executor.Remote...     runtime.executor.Local...
+TaskQueue      celery.CeleryTaskQueue         testing.ListTaskQueue
 Clock          SystemClock                    testing.FakeClock
 =============  =============================  ==============================
+
+``Ledger`` is the union of narrow ports, and a caller depends on the
+narrowest it uses: ``LedgerWriter`` (writes in the caller's transaction),
+``LedgerReader``, ``LedgerInbox``, ``LedgerOutbox``, ``LedgerOwners``,
+``ArtifactStore`` and ``FleetState``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar
 
 from nahida_workers.core.events import (
     Event,
@@ -44,11 +50,18 @@ from nahida_workers.core.records import (
 )
 
 __all__ = [
+    "ArtifactStore",
     "Clock",
     "Fence",
+    "FleetState",
     "LeaseStore",
     "Ledger",
+    "LedgerInbox",
+    "LedgerOutbox",
+    "LedgerOwners",
+    "LedgerReader",
     "LedgerTx",
+    "LedgerWriter",
     "Provider",
     "SystemClock",
     "TaskQueue",
@@ -145,7 +158,7 @@ class LedgerTx(Protocol):
     """An open ledger transaction; pass it to ledger write methods.
 
     Attributes:
-        cancel_requested: after :meth:`Ledger.lock_session`, whether the
+        cancel_requested: after :meth:`LedgerWriter.lock_session`, whether the
             session's cancel flag was set (read under the same row lock, so a
             fenced writer learns of a cancel at every commit for free).
         pending_inbox: likewise, how many next-turn inbox messages wait.
@@ -156,19 +169,20 @@ class LedgerTx(Protocol):
 
 
 TxT = TypeVar("TxT")
+#: The transaction type of a port that only receives transactions.
+TxIn = TypeVar("TxIn", contravariant=True)
 
 
-@runtime_checkable
-class Ledger(Protocol[TxT]):
-    """The source of truth (DESIGN.md section 2).
+class LedgerWriter(Protocol[TxT]):
+    """Writes that take the caller's transaction (DESIGN.md sections 2-3).
 
-    Writes take the caller's transaction and never commit on their own
-    (STYLE.md habit 6).  Event and receipt writes need a fenced transaction:
-    :meth:`lock_session` checks the writer's epoch under a row lock, so a
-    writer that lost its lease cannot write a single row.
+    Writes never commit on their own (STYLE.md habit 6).  Event and receipt
+    writes need a fenced transaction: :meth:`lock_session` checks the
+    writer's epoch under a row lock, so a writer that lost its lease cannot
+    write a single row (DESIGN.md section 4).
 
     Generic in its transaction type (``SqlTx``, ``MemoryTx``); callers that
-    accept any adapter use ``Ledger[Any]``.
+    accept any adapter use ``LedgerWriter[Any]``.
 
     Refusals (all :class:`~nahida_workers.errors.LedgerIntegrityError`):
     ``DuplicateSequenceError``, ``CallNotCommittedError``,
@@ -193,7 +207,6 @@ class Ledger(Protocol[TxT]):
         """Lock the session row for ``tx`` and check ``epoch`` is current."""
         ...
 
-    # -- writes (caller's transaction) ---------------------------------------
     def create_batch(self, tx: TxT, batch: BatchRecord) -> None:
         """Insert a batch row."""
         ...
@@ -208,20 +221,6 @@ class Ledger(Protocol[TxT]):
         """
         ...
 
-    def open_session(
-        self,
-        session: SessionRecord,
-        run: RunRecord,
-        events: Sequence[Event],
-        outbox: OutboxRecord,
-    ) -> tuple[SessionRecord, bool]:
-        """A new session, its first run, events and outbox row -- or the known one.
-
-        Returns ``(session, created)``; with a known id or idempotency key
-        nothing is written.
-        """
-        ...
-
     def create_run(self, tx: TxT, run: RunRecord) -> None:
         """Insert a run row."""
         ...
@@ -229,15 +228,12 @@ class Ledger(Protocol[TxT]):
     def append(
         self, tx: TxT, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
     ) -> None:
-        """Events then their receipts, checked and written as one commit point."""
-        ...
+        """Events then their receipts of one run, checked and written as one commit point.
 
-    def append_events(self, tx: TxT, events: Sequence[Event]) -> None:
-        """Insert events (in the given order) under the transaction's fence."""
-        ...
-
-    def put_receipts(self, tx: TxT, receipts: Sequence[ExecutionReceipt]) -> None:
-        """Insert receipts; each call must have a committed tool_call."""
+        The one way to write events and receipts: either sequence may be
+        empty.  Each receipt needs a committed ``tool_call`` (in the ledger or
+        in ``events``) and no earlier receipt.
+        """
         ...
 
     def finish_run(
@@ -285,17 +281,12 @@ class Ledger(Protocol[TxT]):
         """Set the session's cancel flag; the loop stops at its next boundary."""
         ...
 
-    def add_outbox(self, tx: TxT, record: OutboxRecord) -> None:
-        """Record a publish owed to the broker."""
-        ...
 
-    def mark_published(self, outbox_id: str, *, at: datetime) -> None:
-        """Mark an outbox row published (its own commit, after the broker took the task)."""
-        ...
+class LedgerInbox(Protocol[TxIn]):
+    """The session inbox's writes (DESIGN.md section 8); reads are on :class:`LedgerReader`."""
 
-    # -- inbox (DESIGN.md section 8) ------------------------------------------
     def enqueue_inbox(
-        self, tx: TxT, message: InboxMessage, limits: InboxLimits
+        self, tx: TxIn, message: InboxMessage, limits: InboxLimits
     ) -> tuple[InboxMessage, bool]:
         """Add a pending message (idempotent by id); ``(row, created)``.
 
@@ -305,26 +296,49 @@ class Ledger(Protocol[TxT]):
         ...
 
     def claim_inbox(
-        self, tx: TxT, run_id: str, message_ids: Sequence[str], *, at: datetime
+        self, tx: TxIn, run_id: str, message_ids: Sequence[str], *, at: datetime
     ) -> None:
         """Mark pending messages claimed by ``run_id`` (fenced)."""
         ...
 
-    def acknowledge_inbox(self, tx: TxT, run_id: str, *, at: datetime) -> int:
+    def acknowledge_inbox(self, tx: TxIn, run_id: str, *, at: datetime) -> int:
         """Acknowledge what ``run_id`` claimed (with its terminal event); returns the count."""
         ...
 
-    def inbox(
-        self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
-    ) -> list[InboxMessage]:
-        """A session's inbox messages, oldest first."""
+
+class LedgerOutbox(Protocol[TxIn]):
+    """The dispatch outbox: publishes owed to the broker (DESIGN.md section 2)."""
+
+    def open_session(
+        self,
+        session: SessionRecord,
+        run: RunRecord,
+        events: Sequence[Event],
+        outbox: OutboxRecord,
+    ) -> tuple[SessionRecord, bool]:
+        """A new session, its first run, events and outbox row -- or the known one.
+
+        Its own commit.  Returns ``(session, created)``; with a known id or
+        idempotency key nothing is written.
+        """
         ...
 
-    def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
-        """In its own transaction: store ``value`` under ``key``, return the old value."""
+    def add_outbox(self, tx: TxIn, record: OutboxRecord) -> None:
+        """Record a publish owed to the broker."""
         ...
 
-    # -- fencing -------------------------------------------------------------
+    def mark_published(self, outbox_id: str, *, at: datetime) -> None:
+        """Mark an outbox row published (its own commit, after the broker took the task)."""
+        ...
+
+    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
+        """Outbox rows not yet published, oldest first."""
+        ...
+
+
+class LedgerOwners(Protocol):
+    """A session owner's fencing lifecycle (DESIGN.md section 4), each its own commit."""
+
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """In its own transaction: increment ``lease_epoch``, set status running.
 
@@ -346,7 +360,17 @@ class Ledger(Protocol[TxT]):
         """
         ...
 
-    # -- prompt artifacts -----------------------------------
+    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
+        """A new owner's read of its run (after :meth:`bump_epoch`): events and receipts.
+
+        An adapter may remember the run's facts for the owner's first commit point.
+        """
+        ...
+
+
+class ArtifactStore(Protocol):
+    """Prompt artifacts, addressed by content (DESIGN.md section 2)."""
+
     def put_artifact(self, data: bytes, *, at: datetime) -> str:
         """Store ``data`` whole, addressed by its sha256 (written once); returns the hex."""
         ...
@@ -355,20 +379,24 @@ class Ledger(Protocol[TxT]):
         """The stored bytes of an artifact, unchecked (callers verify the hash), or None."""
         ...
 
-    # -- reads ---------------------------------------------------------------
+
+class FleetState(Protocol):
+    """Small fleet-wide values (e.g. the last seen run id), each swap its own commit."""
+
+    def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
+        """In its own transaction: store ``value`` under ``key``, return the old value."""
+        ...
+
+
+class LedgerReader(Protocol):
+    """Reads of committed rows (DESIGN.md section 2); each is its own snapshot."""
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         """The session row or None."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run row or None."""
-        ...
-
-    def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
-        """A new owner's read of its run (after :meth:`bump_epoch`): events and receipts.
-
-        An adapter may remember the run's facts for the owner's first commit point.
-        """
         ...
 
     def runs_of(self, session_id: str) -> list[RunRecord]:
@@ -383,6 +411,12 @@ class Ledger(Protocol[TxT]):
         """Receipts of a run in the order they were written."""
         ...
 
+    def inbox(
+        self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
+    ) -> list[InboxMessage]:
+        """A session's inbox messages, oldest first."""
+        ...
+
     def sessions(
         self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
     ) -> list[SessionRecord]:
@@ -393,17 +427,33 @@ class Ledger(Protocol[TxT]):
         """All batches, newest first."""
         ...
 
-    def quiet_sessions(self, *, older_than: datetime) -> list[str]:
-        """Unfinished sessions whose open run has written nothing since ``older_than``."""
-        ...
-
     def get_batch(self, batch_id: str) -> BatchRecord | None:
         """A batch or None."""
         ...
 
-    def pending_outbox(self, *, limit: int = 100) -> list[OutboxRecord]:
-        """Outbox rows not yet published, oldest first."""
+    def quiet_sessions(self, *, older_than: datetime) -> list[str]:
+        """Unfinished sessions whose open run has written nothing since ``older_than``."""
         ...
+
+
+class Ledger(
+    LedgerWriter[TxT],
+    LedgerInbox[TxT],
+    LedgerOutbox[TxT],
+    LedgerOwners,
+    ArtifactStore,
+    FleetState,
+    LedgerReader,
+    Protocol[TxT],
+):
+    """The whole source of truth (DESIGN.md section 2): every narrow port above.
+
+    Adapters (``ledger.sql.SqlLedger``, ``ledger.memory.MemoryLedger``)
+    implement all of it and the wiring passes one object; a caller declares
+    the narrowest port it uses (:class:`LedgerReader` for a view,
+    :class:`ArtifactStore` for prompt artifacts, ...), or a local protocol
+    combining a few.
+    """
 
 
 class LeaseStore(Protocol):

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from nahida_workers import metrics
 from nahida_workers.constants import BROKER_RUN_ID_KEY
-from nahida_workers.ports import Ledger
+from nahida_workers.ports import FleetState
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.runtime.wiring import Fleet
 
@@ -30,7 +29,7 @@ def broker_reset(current: Fleet) -> bool:
     return run_id_changed(current.ledger, run_id, at=current.clock.now())
 
 
-def run_id_changed(ledger: Ledger[Any], run_id: str, *, at: datetime) -> bool:
+def run_id_changed(ledger: FleetState, run_id: str, *, at: datetime) -> bool:
     """Record the broker's ``run_id``; True if it replaced a different one.
 
     The first id a fleet ever records is not a reset: there was no earlier

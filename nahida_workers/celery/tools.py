@@ -28,7 +28,7 @@ from nahida_workers.core.payloads import ABORTED_TEXT
 from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.logs import bind_log_context
-from nahida_workers.ports import Clock, Ledger
+from nahida_workers.ports import Clock, LedgerReader
 from nahida_workers.runtime.bounded import run_bounded
 from nahida_workers.runtime.calls import (
     CallJob,
@@ -130,7 +130,7 @@ def result_channel(settings: Settings) -> ToolResultChannel:
 
 
 def fenced_session(
-    ledger: Ledger[Any], session_id: str, *, clock: Clock | None = None
+    ledger: LedgerReader, session_id: str, *, clock: Clock | None = None
 ) -> SessionRecord | None:
     """The session row for the epoch check, retried through a short ledger outage.
 

@@ -15,7 +15,7 @@ from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import RunRecord
 
 if TYPE_CHECKING:
-    from nahida_workers.ports import Ledger
+    from nahida_workers.ports import LedgerReader
 
 __all__ = [
     "batch_table",
@@ -112,7 +112,7 @@ def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
     return table
 
 
-def batches_rows(ledger: Ledger[Any]) -> list[dict[str, Any]]:
+def batches_rows(ledger: LedgerReader) -> list[dict[str, Any]]:
     """Every batch with its session counts by status (what ``status`` lists)."""
     rows = []
     for batch in ledger.batches():

@@ -15,12 +15,12 @@ from nahida_workers.core.events import Event, EventType
 from nahida_workers.core.records import SessionRecord
 
 if TYPE_CHECKING:
-    from nahida_workers.ports import Ledger
+    from nahida_workers.ports import LedgerReader
 
 __all__ = ["batch_report", "session_row"]
 
 
-def session_row(ledger: Ledger[Any], session: SessionRecord) -> dict[str, Any]:
+def session_row(ledger: LedgerReader, session: SessionRecord) -> dict[str, Any]:
     """Everything the batch table and the JSON report show for one session."""
     runs = ledger.runs_of(session.session_id)
     run = runs[-1] if runs else None
@@ -93,7 +93,7 @@ def _queued_seconds(events: list[Event], started_at: datetime) -> float | None:
 
 
 def batch_report(
-    ledger: Ledger[Any], batch_id: str, *, started_at: datetime | None = None
+    ledger: LedgerReader, batch_id: str, *, started_at: datetime | None = None
 ) -> dict[str, Any]:
     """The JSON report of a batch: sessions in dispatch order plus a summary."""
     batch = ledger.get_batch(batch_id)

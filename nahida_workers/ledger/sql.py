@@ -48,6 +48,7 @@ from nahida_workers.errors import (
     NotFoundError,
 )
 from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.parts import forward
 from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch, seal_pg
 from nahida_workers.ledger.rules import (
     RunFacts,
@@ -68,10 +69,10 @@ from nahida_workers.ledger.sql_base import (
     now,
 )
 from nahida_workers.ledger.sql_facts import exact_facts
-from nahida_workers.ledger.sql_inbox import InboxOps
-from nahida_workers.ledger.sql_owners import OwnerOps
-from nahida_workers.ledger.sql_reads import Reads
-from nahida_workers.ledger.sql_records import RecordWrites
+from nahida_workers.ledger.sql_inbox import SqlInbox
+from nahida_workers.ledger.sql_owners import SqlOwners
+from nahida_workers.ledger.sql_reads import SqlReads
+from nahida_workers.ledger.sql_records import SqlRecords
 from nahida_workers.ports import Fence
 
 __all__ = ["SqlLedger", "SqlTx", "make_engine"]
@@ -89,8 +90,16 @@ def _raise_mapped(exc: BaseException) -> None:
         raise database_error(exc) from exc
 
 
-class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
+class SqlLedger:
     """The ledger on a SQL database (see :class:`nahida_workers.ports.Ledger`).
+
+    This class is the core -- transactions, fencing, event and receipt
+    writes, the seal -- and is built from parts it holds (composition, no
+    mixins): ``records`` (:class:`~.sql_records.SqlRecords`), ``reads``
+    (:class:`~.sql_reads.SqlReads`), ``inbox_part``
+    (:class:`~.sql_inbox.SqlInbox`) and ``owners``
+    (:class:`~.sql_owners.SqlOwners`); their methods are forwarded, so one
+    object implements every ledger port.
 
     Args:
         url: SQLAlchemy URL (``postgresql+psycopg://...`` or ``sqlite:///path``).
@@ -114,14 +123,49 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         self._run_session: dict[str, str] = {}
         self._carried: OrderedDict[Any, RunFacts] = OrderedDict()
         self._carried_lock = threading.Lock()
-        self._pg = engine.dialect.name == "postgresql"
+        self.pg = engine.dialect.name == "postgresql"
         # Reads: autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips),
         # deferred transactions on SQLite.
-        self._reader = (
+        self.reader: Engine = (
             engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self._pg
+            if self.pg
             else engine.execution_options(ledger_read=True)
         )
+        self.records = SqlRecords(self)
+        self.reads = SqlReads(self)
+        self.inbox_part = SqlInbox(self)
+        self.owners = SqlOwners(self)
+
+    # -- the parts' methods ------------------------------------------------------
+    create_batch = forward("records", SqlRecords.create_batch)
+    create_session = forward("records", SqlRecords.create_session)
+    open_session = forward("records", SqlRecords.open_session)
+    create_run = forward("records", SqlRecords.create_run)
+    finish_run = forward("records", SqlRecords.finish_run)
+    set_session_status = forward("records", SqlRecords.set_session_status)
+    request_cancel = forward("records", SqlRecords.request_cancel)
+    add_outbox = forward("records", SqlRecords.add_outbox)
+    mark_published = forward("records", SqlRecords.mark_published)
+    bump_epoch = forward("records", SqlRecords.bump_epoch)
+    swap_fleet_value = forward("records", SqlRecords.swap_fleet_value)
+    enqueue_inbox = forward("inbox_part", SqlInbox.enqueue_inbox)
+    claim_inbox = forward("inbox_part", SqlInbox.claim_inbox)
+    acknowledge_inbox = forward("inbox_part", SqlInbox.acknowledge_inbox)
+    inbox = forward("inbox_part", SqlInbox.inbox)
+    close_owner = forward("owners", SqlOwners.close_owner)
+    put_artifact = forward("owners", SqlOwners.put_artifact)
+    get_artifact = forward("owners", SqlOwners.get_artifact)
+    load_run = forward("reads", SqlReads.load_run)
+    get_session = forward("reads", SqlReads.get_session)
+    get_run = forward("reads", SqlReads.get_run)
+    runs_of = forward("reads", SqlReads.runs_of)
+    events = forward("reads", SqlReads.events)
+    receipts = forward("reads", SqlReads.receipts)
+    quiet_sessions = forward("reads", SqlReads.quiet_sessions)
+    sessions = forward("reads", SqlReads.sessions)
+    batches = forward("reads", SqlReads.batches)
+    get_batch = forward("reads", SqlReads.get_batch)
+    pending_outbox = forward("reads", SqlReads.pending_outbox)
 
     def close(self) -> None:
         """Dispose of the connection pool."""
@@ -148,7 +192,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             LedgerUnavailableError: the database went away or the commit failed.
         """
         carry_key = (fence.session_id, fence.epoch, run_id) if fence and run_id else None
-        fast = carry_key is not None and self._pg
+        fast = carry_key is not None and self.pg
         carried = self._carried_facts(carry_key) if fast else None
         try:
             if carried is not None:
@@ -174,15 +218,15 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             # run must stay unknown.
             self._run_session.update(tx.runs)
             if fast and tx.fence is not None:
-                self._carry(carry_key, tx.facts.get(run_id or ""))
+                self.carry(carry_key, tx.facts.get(run_id or ""))
         except BaseException as exc:
             if fast:
-                self._carry(carry_key, None)
+                self.carry(carry_key, None)
             _raise_mapped(exc)
             raise
 
     @contextmanager
-    def _single_statement(self) -> Iterator[Connection]:
+    def single_statement(self) -> Iterator[Connection]:
         """A connection for a write that is ONE statement.
 
         PostgreSQL: an autocommit connection -- the statement is atomic on its
@@ -190,19 +234,19 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         SQLite: an ordinary (``BEGIN IMMEDIATE``) transaction.  Errors are
         mapped as in :meth:`transaction`.
         """
-        if not self._pg:
+        if not self.pg:
             with self.transaction() as tx:
                 yield tx.conn
             return
         try:
-            with self._reader.connect() as conn:
+            with self.reader.connect() as conn:
                 yield conn
         except BaseException as exc:
             _raise_mapped(exc)
             raise
 
     def _autocommit_connection(self, stack: ExitStack) -> Connection:
-        return stack.enter_context(self._reader.connect())
+        return stack.enter_context(self.reader.connect())
 
     def _materialize(self, tx: SqlTx, stack: ExitStack) -> Connection:
         """Turn a deferred transaction into a real one; send what it buffered."""
@@ -233,7 +277,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             facts = self._carried.get(key)
             return None if facts is None else facts.copy()
 
-    def _carry(self, key: Any, facts: RunFacts | None) -> None:
+    def carry(self, key: Any, facts: RunFacts | None) -> None:
         """Keep (or with None, forget) an owner's facts for its next commit point."""
         with self._carried_lock:
             self._carried.pop(key, None)
@@ -281,7 +325,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         tx.cancel_requested = row.cancel_requested_at is not None
         tx.pending_inbox = int(row[2])
 
-    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+    def require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
         """The fence a write to ``run_id`` runs under.
 
         A pending fence (fast path) is checked here with a plain lock, unless
@@ -359,7 +403,7 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         events, receipts = storable_events(events), storable_receipts(receipts)
         if any(r.run_id != run_id for r in receipts) or any(e.run_id != run_id for e in events):
             raise LedgerIntegrityError("one append must hold events and receipts of one run")
-        fence = self._require_fence(tx, run_id, locks_itself=self._pg)
+        fence = self.require_fence(tx, run_id, locks_itself=self.pg)
         facts: RunFacts | None = None
         if events:
             facts = self._check(tx, run_id, call_ids(events), lambda f: check_append(f, events))
@@ -371,11 +415,11 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         if receipts:
             ids = sorted({r.call_id for r in receipts})
             facts = self._check(tx, run_id, ids, lambda f: check_receipts(f, receipts))
-        event_rows = [self._event_row(e, fence.epoch) for e in events]
+        event_rows = [self.event_row(e, fence.epoch) for e in events]
         receipt_rows = [self._receipt_row(r, fence.epoch) for r in receipts]
         if tx.buffered is not None:
             tx.buffered.append((event_rows, receipt_rows))
-        elif self._pg:
+        elif self.pg:
             written = fenced_insert(
                 tx.conn, fence.session_id, fence.epoch, event_rows, receipt_rows
             )
@@ -425,14 +469,14 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             "failure_code": failure_code.value if failure_code else None,
             "ended_at": ended_at,
         }
-        if self._pg and tx._conn is None and tx.pending is not None and not tx.buffered:
-            fence = self._require_fence(tx, run_id, locks_itself=True)
+        if self.pg and tx._conn is None and tx.pending is not None and not tx.buffered:
+            fence = self.require_fence(tx, run_id, locks_itself=True)
             self._check(tx, run_id, call_ids([event]), lambda f: check_append(f, [event]))
             if tx._conn is None:  # the check needed no read: still one statement
                 self._seal_in_one_statement(tx, fence, event, terminal)
                 return
         self.append(tx, [event])
-        fence = self._require_fence(tx, run_id)
+        fence = self.require_fence(tx, run_id)
         self.finish_run(
             tx, run_id, state=state, reason=reason, failure_code=failure_code, ended_at=ended_at
         )
@@ -446,9 +490,9 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
     def _seal_in_one_statement(
         self, tx: SqlTx, fence: Fence, event: Event, terminal: dict[str, Any]
     ) -> None:
-        with self._single_statement() as conn:
+        with self.single_statement() as conn:
             sealed = seal_pg(
-                conn, fence.session_id, fence.epoch, terminal, [self._event_row(event, fence.epoch)]
+                conn, fence.session_id, fence.epoch, terminal, [self.event_row(event, fence.epoch)]
             )
         if sealed is None:
             raise NotFoundError(f"no session {fence.session_id}")
@@ -460,15 +504,8 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
         if facts is not None:
             record_events(facts, [event])
 
-    def append_events(self, tx: SqlTx, events: Sequence[Event]) -> None:
-        """Insert events under the transaction's fence (rules in ``rules.py``)."""
-        self.append(tx, events)
-
-    def put_receipts(self, tx: SqlTx, receipts: Sequence[ExecutionReceipt]) -> None:
-        """Insert receipts; each needs a committed tool_call and no prior receipt."""
-        self.append(tx, (), receipts)
-
-    def _event_row(self, e: Event, epoch: int) -> dict[str, Any]:
+    def event_row(self, e: Event, epoch: int) -> dict[str, Any]:
+        """The ``agent_run_events`` row of ``e`` written at ``epoch`` (payload capped)."""
         return {
             "run_id": e.run_id,
             "sequence": e.sequence,

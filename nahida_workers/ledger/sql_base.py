@@ -5,9 +5,10 @@ See :mod:`nahida_workers.ledger.sql` for the ledger itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     Connection,
@@ -27,6 +28,8 @@ from sqlalchemy.pool import NullPool
 
 from nahida_workers.core.events import (
     CompletionContract,
+    Event,
+    ExecutionReceipt,
     FailureCode,
     ReasonCode,
     SessionStatus,
@@ -50,6 +53,7 @@ from nahida_workers.ports import Fence
 
 __all__ = [
     "ReadScope",
+    "SqlCore",
     "SqlTx",
     "batch_row",
     "check_epoch",
@@ -268,3 +272,48 @@ def batch_row(row: Any) -> BatchRecord:
         created_at=utc(row.created_at),
         spec=row.spec_json,
     )
+
+
+class SqlCore(Protocol):
+    """What the SQL ledger's parts use of its core (``sql.py``: transactions, fencing).
+
+    The parts (``sql_records.py``, ``sql_reads.py``, ``sql_inbox.py``,
+    ``sql_owners.py``) hold the core; they never inherit from it.
+
+    Attributes:
+        engine: the write engine.
+        reader: the read engine (autocommit on PostgreSQL).
+        pg: whether the database is PostgreSQL (one-statement commit points).
+    """
+
+    engine: Engine
+    reader: Engine
+    pg: bool
+
+    def transaction(
+        self, *, fence: Fence | None = None, run_id: str | None = None
+    ) -> AbstractContextManager[SqlTx]:
+        """A transaction, fenced when ``fence`` is given (``SqlLedger.transaction``)."""
+        ...
+
+    def single_statement(self) -> AbstractContextManager[Connection]:
+        """A connection for a write that is one statement (autocommit on PostgreSQL)."""
+        ...
+
+    def require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+        """The fence a write to ``run_id`` runs under (checked)."""
+        ...
+
+    def append(
+        self, tx: SqlTx, events: Sequence[Event], receipts: Sequence[ExecutionReceipt] = ()
+    ) -> None:
+        """Events then receipts of one run, checked (``SqlLedger.append``)."""
+        ...
+
+    def event_row(self, e: Event, epoch: int) -> dict[str, Any]:
+        """The ``agent_run_events`` row of ``e`` written at ``epoch``."""
+        ...
+
+    def carry(self, key: Any, facts: RunFacts | None) -> None:
+        """Keep (or forget) an owner's run facts for its next commit point."""
+        ...

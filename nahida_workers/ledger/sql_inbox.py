@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -21,10 +21,9 @@ from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, In
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import check_inbox, storable
-from nahida_workers.ledger.sql_base import ReadScope, SqlTx, utc
-from nahida_workers.ports import Fence
+from nahida_workers.ledger.sql_base import ReadScope, SqlCore, SqlTx, utc
 
-__all__ = ["InboxOps", "inbox_row"]
+__all__ = ["SqlInbox", "inbox_row"]
 
 
 def inbox_row(row: Any) -> InboxMessage:
@@ -44,14 +43,15 @@ def inbox_row(row: Any) -> InboxMessage:
     )
 
 
-class InboxOps:
-    """Inbox methods of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+class SqlInbox:
+    """The inbox part of :class:`~nahida_workers.ledger.sql.SqlLedger` (``LedgerInbox``).
 
-    _reader: Engine
-    _pg: bool
+    Args:
+        core: the ledger's core (fencing, the read engine).
+    """
 
-    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
-        raise NotImplementedError
+    def __init__(self, core: SqlCore) -> None:
+        self._core = core
 
     def enqueue_inbox(
         self, tx: SqlTx, message: InboxMessage, limits: InboxLimits
@@ -82,7 +82,7 @@ class InboxOps:
             )
         ).all()
         check_inbox([(k, n) for k, n in pending], message.kind.value, message.size_bytes, limits)
-        insert = pg_insert if self._pg else sqlite_insert
+        insert = pg_insert if self._core.pg else sqlite_insert
         tx.conn.execute(
             insert(t.session_inbox)
             .values(
@@ -109,7 +109,7 @@ class InboxOps:
         """
         if not message_ids:
             return
-        fence = self._require_fence(tx, run_id)
+        fence = self._core.require_fence(tx, run_id)
         ib = t.session_inbox.c
         result = tx.conn.execute(
             update(t.session_inbox)
@@ -125,7 +125,7 @@ class InboxOps:
 
     def acknowledge_inbox(self, tx: SqlTx, run_id: str, *, at: datetime) -> int:
         """Acknowledge every message ``run_id`` claimed; returns how many."""
-        self._require_fence(tx, run_id)
+        self._core.require_fence(tx, run_id)
         ib = t.session_inbox.c
         result = tx.conn.execute(
             update(t.session_inbox)
@@ -146,5 +146,5 @@ class InboxOps:
         )
         if statuses is not None:
             query = query.where(ib.status.in_([s.value for s in statuses]))
-        with ReadScope(self._reader) as conn:
+        with ReadScope(self._core.reader) as conn:
             return [inbox_row(r) for r in conn.execute(query).all()]

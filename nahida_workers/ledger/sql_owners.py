@@ -25,8 +25,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.sql_base import ReadScope, SqlCore
 
-__all__ = ["OwnerOps", "crash_streak_after", "progressed_at"]
+__all__ = ["SqlOwners", "crash_streak_after", "progressed_at"]
 
 #: Receipt statuses that say the execution did not finish (synthetic receipts).
 UNFINISHED = ("interrupted", "aborted")
@@ -58,16 +59,18 @@ def crash_streak_after() -> ColumnElement[int]:
     )
 
 
-class OwnerOps:
-    """``close_owner`` and the artifact store (a mixin of the SQL ledger)."""
+class SqlOwners:
+    """``close_owner`` and the artifact store: a part of the SQL ledger.
 
-    _pg: bool
+    Args:
+        core: the ledger's core (one-statement writes, the read engine).
+    """
 
-    def _single_statement(self) -> Any:
-        raise NotImplementedError
+    def __init__(self, core: SqlCore) -> None:
+        self._core = core
 
-    def _read(self) -> Any:
-        raise NotImplementedError
+    def _read(self) -> ReadScope:
+        return ReadScope(self._core.reader)
 
     def close_owner(self, session_id: str, epoch: int, *, at: datetime) -> None:
         """Hand the session back cleanly: owner ``epoch`` is no longer open.
@@ -76,7 +79,7 @@ class OwnerOps:
         A no-op when a later owner has taken over (``open_epoch`` moved on).
         """
         s = t.sessions.c
-        with self._single_statement() as conn:
+        with self._core.single_statement() as conn:
             conn.execute(
                 update(t.sessions)
                 .where(and_(s.session_id == session_id, s.open_epoch == epoch))
@@ -95,8 +98,8 @@ class OwnerOps:
         """Store ``data`` whole (once); returns its sha256 hex, the artifact's address."""
         digest = hashlib.sha256(data).hexdigest()
         values = {"sha256": digest, "size_bytes": len(data), "content": data, "created_at": at}
-        dialect_insert = pg_insert if self._pg else sqlite_insert
-        with self._single_statement() as conn:
+        dialect_insert = pg_insert if self._core.pg else sqlite_insert
+        with self._core.single_statement() as conn:
             conn.execute(
                 dialect_insert(t.prompt_artifacts)
                 .values(**values)

@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import (
-    Engine,
     select,
 )
 
@@ -28,6 +27,7 @@ from nahida_workers.ledger.rules import (
 )
 from nahida_workers.ledger.sql_base import (
     ReadScope,
+    SqlCore,
     batch_row,
     run_row,
     session_row,
@@ -35,20 +35,21 @@ from nahida_workers.ledger.sql_base import (
 )
 from nahida_workers.ports import Fence
 
-__all__ = ["Reads"]
+__all__ = ["SqlReads"]
 
 
-class Reads:
-    """Read methods of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+class SqlReads:
+    """The reads part of :class:`~nahida_workers.ledger.sql.SqlLedger` (``LedgerReader``).
 
-    _reader: Engine
-    _pg: bool
+    Args:
+        core: the ledger's core (its read engine, and where ``load_run`` carries facts).
+    """
 
-    def _carry(self, key: Any, facts: RunFacts | None) -> None:
-        raise NotImplementedError
+    def __init__(self, core: SqlCore) -> None:
+        self._core = core
 
-    def _read(self) -> Any:
-        return ReadScope(self._reader)
+    def _read(self) -> ReadScope:
+        return ReadScope(self._core.reader)
 
     def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
         """A new owner's read of its run: every event and receipt.
@@ -65,8 +66,8 @@ class Reads:
         facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
         record_events(facts, events)
         facts.receipts.update(r.call_id for r in receipts)
-        if self._pg:
-            self._carry((fence.session_id, fence.epoch, run_id), facts)
+        if self._core.pg:
+            self._core.carry((fence.session_id, fence.epoch, run_id), facts)
         return events, receipts
 
     def get_session(self, session_id: str) -> SessionRecord | None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
-    Engine,
     func,
     insert,
     select,
@@ -35,30 +33,28 @@ from nahida_workers.ledger.rules import (
     storable,
 )
 from nahida_workers.ledger.sql_base import (
+    SqlCore,
     SqlTx,
     session_row,
 )
 from nahida_workers.ledger.sql_owners import crash_streak_after
 from nahida_workers.ports import Fence
 
-__all__ = ["RecordWrites"]
+__all__ = ["SqlRecords"]
 
 
-class RecordWrites:
-    """Row writes of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
+class SqlRecords:
+    """Row writes of :class:`~nahida_workers.ledger.sql.SqlLedger`: a part of it.
 
-    engine: Engine
-    _pg: bool
+    Batches, sessions, runs, session status and cancel, the outbox, the
+    epoch bump and fleet values.
 
-    def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
-        raise NotImplementedError
+    Args:
+        core: the ledger's core (transactions, fencing, event writes).
+    """
 
-    def transaction(self, *, fence: Fence | None = None, run_id: str | None = None) -> Any:
-        """Provided by :class:`~nahida_workers.ledger.sql.SqlLedger`."""
-        raise NotImplementedError
-
-    def _single_statement(self) -> Any:
-        raise NotImplementedError
+    def __init__(self, core: SqlCore) -> None:
+        self._core = core
 
     def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
         """Insert a batch row."""
@@ -146,7 +142,7 @@ class RecordWrites:
         ended_at: datetime,
     ) -> None:
         """Record the terminal state on the run row, exactly once."""
-        self._require_fence(tx, run_id)
+        self._core.require_fence(tx, run_id)
         runs = t.agent_runs.c
         result = tx.conn.execute(
             update(t.agent_runs)
@@ -200,7 +196,7 @@ class RecordWrites:
     def mark_published(self, outbox_id: str, *, at: datetime) -> None:
         """Mark an outbox row published and count the attempt (one statement, its own commit)."""
         ob = t.dispatch_outbox.c
-        with self._single_statement() as conn:
+        with self._core.single_statement() as conn:
             conn.execute(
                 update(t.dispatch_outbox)
                 .where(ob.outbox_id == outbox_id)
@@ -214,7 +210,7 @@ class RecordWrites:
         previous owner, if still open, counts as a crashed delivery unless it
         made progress, and the new owner is open.
         """
-        with self._single_statement() as conn:
+        with self._core.single_statement() as conn:
             row = conn.execute(
                 update(t.sessions)
                 .where(t.sessions.c.session_id == session_id)
@@ -234,7 +230,7 @@ class RecordWrites:
     def swap_fleet_value(self, key: str, value: str, *, at: datetime) -> str | None:
         """Store ``value`` under ``key``; return the value it replaced (None if new)."""
         fs = t.fleet_state.c
-        with self.transaction() as tx:
+        with self._core.transaction() as tx:
             old = tx.conn.execute(select(fs.value).where(fs.key == key).with_for_update()).scalar()
             if old is None:
                 tx.conn.execute(insert(t.fleet_state).values(key=key, value=value, updated_at=at))
@@ -257,15 +253,15 @@ class RecordWrites:
         Returns the existing session and ``created=False`` when the
         idempotency key is known; nothing is written then.
         """
-        if not self._pg:
-            with self.transaction() as tx:
+        if not self._core.pg:
+            with self._core.transaction() as tx:
                 stored, created = self.create_session(tx, session)
                 if created:
                     self.create_run(tx, run)
-                    self.append_events(tx, events)  # type: ignore[attr-defined]
+                    self._core.append(tx, events)
                     self.add_outbox(tx, outbox)
             return stored, created
-        with self._single_statement() as conn:
+        with self._core.single_statement() as conn:
             created = open_session_pg(
                 conn,
                 {
@@ -286,7 +282,7 @@ class RecordWrites:
                     "trace_id": run.trace_id,
                     "started_at": run.started_at,
                 },
-                [self._event_row(e, 0) for e in events],  # type: ignore[attr-defined]
+                [self._core.event_row(e, 0) for e in events],
                 {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
             )
             if created:

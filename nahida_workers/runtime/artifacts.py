@@ -2,7 +2,7 @@
 
 The model never sees a storage artefact.  Input whose JSON encoding exceeds
 ``prompt_inline_max_bytes`` is stored whole in the ledger, addressed by the
-sha256 of its UTF-8 bytes (``Ledger.put_artifact``); its ``user_input``
+sha256 of its UTF-8 bytes (``ArtifactStore.put_artifact``); its ``user_input``
 event keeps ``artifact`` = ``{sha256, size, chars, head, tail}`` and, as
 ``text``, a clear excerpt: what the input is, its first and last
 characters, and how to read the rest with the ``ReadPromptArtifact`` tool
@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from nahida_workers.core.events import Event, EventType
-from nahida_workers.ports import Ledger
+from nahida_workers.ports import ArtifactStore
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.prompt_artifact import ReadPromptArtifact
 
@@ -69,7 +69,7 @@ def excerpt(text: str, sha256: str, size: int) -> str:
     )
 
 
-def store_user_input(ledger: Ledger[Any], text: str, *, at: datetime) -> dict[str, Any]:
+def store_user_input(ledger: ArtifactStore, text: str, *, at: datetime) -> dict[str, Any]:
     """Store ``text`` as an artifact; the ``text`` and ``artifact`` keys of its event payload.
 
     Raises:

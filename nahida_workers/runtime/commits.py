@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from nahida_workers import metrics
 from nahida_workers.core.events import (
@@ -55,22 +55,34 @@ from nahida_workers.core.receipts import missing_receipts
 from nahida_workers.core.records import RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
-from nahida_workers.ports import Clock, Fence, Ledger
+from nahida_workers.ports import (
+    Clock,
+    Fence,
+    LedgerInbox,
+    LedgerOwners,
+    LedgerReader,
+    LedgerWriter,
+    TxT,
+)
 from nahida_workers.runtime.calls import Execution
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
 
-__all__ = ["CommitPoints", "hand_back", "take_over"]
+__all__ = ["CommitLedger", "CommitPoints", "hand_back", "take_over"]
 
 log = logging.getLogger(__name__)
 
 
-def take_over(ledger: Ledger[Any], session_id: str, *, at: datetime) -> int:
+class CommitLedger(LedgerWriter[TxT], LedgerInbox[TxT], LedgerReader, Protocol[TxT]):
+    """The ledger ports a session's commit points use (DESIGN.md section 3)."""
+
+
+def take_over(ledger: LedgerOwners, session_id: str, *, at: datetime) -> int:
     """Become the session's owner: bump its fencing epoch (DESIGN.md section 4).
 
     The same commit settles the durable crash counter of the previous owner
-    (``Ledger.bump_epoch``).  Returns the new epoch.
+    (``LedgerOwners.bump_epoch``).  Returns the new epoch.
 
     Raises:
         NotFoundError: unknown session.
@@ -78,7 +90,7 @@ def take_over(ledger: Ledger[Any], session_id: str, *, at: datetime) -> int:
     return ledger.bump_epoch(session_id, at=at)
 
 
-def hand_back(ledger: Ledger[Any], session_id: str, epoch: int, *, at: datetime) -> None:
+def hand_back(ledger: LedgerOwners, session_id: str, epoch: int, *, at: datetime) -> None:
     """Hand the session back cleanly: owner ``epoch`` did not crash (``close_owner``).
 
     A ledger outage here is logged, not raised: the next owner then counts
@@ -111,7 +123,7 @@ class CommitPoints:
 
     def __init__(
         self,
-        ledger: Ledger[Any],
+        ledger: CommitLedger[Any],
         clock: Clock,
         fence: Fence,
         heartbeat: Heartbeat,

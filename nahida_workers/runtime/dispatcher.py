@@ -23,16 +23,28 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.events import Event, EventType, SessionStatus
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
-from nahida_workers.ports import Clock, Ledger, TaskQueue
+from nahida_workers.ports import (
+    ArtifactStore,
+    Clock,
+    LedgerOutbox,
+    LedgerWriter,
+    TaskQueue,
+    TxT,
+)
 from nahida_workers.runtime.artifacts import needs_artifact, store_user_input
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["Dispatcher", "new_id", "provider_labels"]
+__all__ = ["DispatchLedger", "Dispatcher", "new_id", "provider_labels"]
+
+
+class DispatchLedger(LedgerWriter[TxT], LedgerOutbox[TxT], ArtifactStore, Protocol[TxT]):
+    """The ledger ports the dispatcher uses: batch and status writes, the outbox, artifacts."""
+
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +69,7 @@ class Dispatcher:
             this many bytes is stored as a prompt artifact.
     """
 
-    ledger: Ledger[Any]
+    ledger: DispatchLedger[Any]
     queue: TaskQueue
     clock: Clock
     ids: Callable[[], str] = field(default=new_id)

@@ -9,15 +9,13 @@ compaction rules; this module reads them from the ledger.
 
 from __future__ import annotations
 
-from typing import Any
-
 from nahida_workers.core.events import Event
-from nahida_workers.ports import Ledger
+from nahida_workers.ports import LedgerReader
 
 __all__ = ["session_history"]
 
 
-def session_history(ledger: Ledger[Any], session_id: str, run_id: str) -> tuple[list[Event], int]:
+def session_history(ledger: LedgerReader, session_id: str, run_id: str) -> tuple[list[Event], int]:
     """The committed events of the runs before ``run_id``, in run order, and their count.
 
     Returns:

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage
 from nahida_workers.errors import NotFoundError, UserError
-from nahida_workers.ports import Clock, LeaseStore, Ledger
+from nahida_workers.ports import Clock, LeaseStore, LedgerInbox, LedgerReader, LedgerWriter, TxT
 from nahida_workers.runtime.dispatcher import Dispatcher
 
-__all__ = ["Inbox"]
+__all__ = ["Inbox", "InboxLedger"]
+
+
+class InboxLedger(LedgerWriter[TxT], LedgerInbox[TxT], LedgerReader, Protocol[TxT]):
+    """The ledger ports the inbox's write side uses (DESIGN.md section 8)."""
 
 
 @dataclass
@@ -34,7 +38,7 @@ class Inbox:
             64 KiB by default).
     """
 
-    ledger: Ledger[Any]
+    ledger: InboxLedger[Any]
     leases: LeaseStore
     dispatcher: Dispatcher
     clock: Clock

@@ -34,7 +34,7 @@ redelivers it after the visibility timeout (a duplicate) if the countdown
 were longer.
 
 Poison sessions (item 2) are counted in the ledger, not here: see
-``Ledger.bump_epoch`` and :func:`is_poison`.
+``LedgerOwners.bump_epoch`` and :func:`is_poison`.
 """
 
 from __future__ import annotations

@@ -25,10 +25,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.ports import Clock, LeaseStore, Ledger
+from nahida_workers.ports import Clock, LeaseStore, LedgerReader
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.session import SessionRunner
 
@@ -67,7 +66,7 @@ class Sweeper:
         runner: settles stuck sessions (None: never settle).
     """
 
-    ledger: Ledger[Any]
+    ledger: LedgerReader
     leases: LeaseStore
     dispatcher: Dispatcher
     clock: Clock

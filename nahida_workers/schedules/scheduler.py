@@ -41,7 +41,7 @@ from nahida_workers.errors import (
     RunError,
     UserError,
 )
-from nahida_workers.ports import Clock, Ledger
+from nahida_workers.ports import Clock, LedgerReader
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import JobSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule
@@ -126,7 +126,7 @@ class Scheduler:
     """
 
     store: ScheduleStore
-    ledger: Ledger[Any]
+    ledger: LedgerReader
     dispatcher: Dispatcher
     clock: Clock
     cancel_session: Callable[[str], None] | None = None

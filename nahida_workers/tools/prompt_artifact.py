@@ -27,7 +27,7 @@ class ReadPromptArtifact(Tool):
     """Returns ``length`` characters of an artifact from ``offset`` (both in characters).
 
     Args:
-        load: the artifact store's read (``Ledger.get_artifact``): sha256 -> bytes or None.
+        load: the artifact store's read (``ArtifactStore.get_artifact``): sha256 -> bytes or None.
         known: sha256 of the artifacts this run may read (its own inputs only).
 
     Evidence: ``artifact``, ``offset``, ``returned`` (characters), ``total_chars``

@@ -177,12 +177,12 @@ class World:
     def append(self, *events: Event) -> None:
         """Append ``events`` in one fenced transaction."""
         with self.ledger.transaction(fence=self.fence, run_id=self.hint) as tx:
-            self.ledger.append_events(tx, list(events))
+            self.ledger.append(tx, list(events))
 
     def put(self, *receipts: ExecutionReceipt) -> None:
         """Store ``receipts`` in one fenced transaction."""
         with self.ledger.transaction(fence=self.fence, run_id=self.hint) as tx:
-            self.ledger.put_receipts(tx, list(receipts))
+            self.ledger.append(tx, (), list(receipts))
 
     def bump(self, seconds: float = 10) -> int:
         """Bump the epoch (a new lease owner) and remember it."""
@@ -219,7 +219,7 @@ class World:
         ledger.create_session(tx, session_record("s-sidecar", key="sidecar-key"))
         if fenced:
             ledger.create_run(tx, run_record(self.session_id, "r-sidecar", started=at(50)))
-            ledger.append_events(tx, [user_input("r-sidecar", 1, "sidecar")])
+            ledger.append(tx, [user_input("r-sidecar", 1, "sidecar")])
         ledger.add_outbox(tx, outbox("ob-sidecar", self.session_id, created=at(60)))
         ledger.set_session_status(tx, self.session_id, SessionStatus.WAITING, at=at(61))
         ledger.request_cancel(tx, self.session_id, at=at(62))
@@ -233,7 +233,7 @@ def make_world(ledger: Ledger, session_id: str = "s-1", run_id: str = "r-1") -> 
     with ledger.transaction() as tx:
         ledger.lock_session(tx, session_id, 0)
         ledger.create_run(tx, run_record(session_id, run_id))
-        ledger.append_events(tx, [user_input(run_id, 1, "the prompt")])
+        ledger.append(tx, [user_input(run_id, 1, "the prompt")])
     return World(ledger=ledger, session_id=session_id, run_id=run_id)
 
 

@@ -141,7 +141,7 @@ def test_seal_writes_its_facts_together(ledger: Any) -> None:
     post(w, message("m1"))
     post(w, message("m2"))
     with ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
-        ledger.append_events(tx, [user_input(w.run_id, 2, "m1's text")])
+        ledger.append(tx, [user_input(w.run_id, 2, "m1's text")])
         ledger.claim_inbox(tx, w.run_id, ["m1"], at=T0)
     w.append(tool_call(w.run_id, 3, "c1"))  # the owner's facts are carried from here
     w.append(tool_result(w.run_id, 4, "c1"))
@@ -200,7 +200,7 @@ def test_seal_statement_is_all_or_nothing_on_postgres(postgres_ledger: Any) -> N
         "failure_code": None,
         "ended_at": T0,
     }
-    row = postgres_ledger._event_row(terminal(w.run_id, 2), 0)
+    row = postgres_ledger.event_row(terminal(w.run_id, 2), 0)
     with postgres_ledger.engine.begin() as conn:
         stale = seal_pg(conn, "s-1", 7, run, [row])
     assert stale == Sealed(epoch=0, sealed=False, events_written=0)

@@ -73,25 +73,23 @@ def _finish(ledger: Ledger, tx: LedgerTx, run_id: str) -> None:
 def test_duplicate_sequence_is_refused_and_rolls_back(ledger: Ledger) -> None:
     w = make_world(ledger)
     w.append(tool_call(w.run_id, 2, "c1"))
-    refuse(
-        w, DuplicateSequenceError, lambda tx: ledger.append_events(tx, [user_input(w.run_id, 2)])
-    )
+    refuse(w, DuplicateSequenceError, lambda tx: ledger.append(tx, [user_input(w.run_id, 2)]))
     # the same sequence twice inside one batch is a duplicate too
     refuse(
         w,
         DuplicateSequenceError,
-        lambda tx: ledger.append_events(tx, [user_input(w.run_id, 3), user_input(w.run_id, 3)]),
+        lambda tx: ledger.append(tx, [user_input(w.run_id, 3), user_input(w.run_id, 3)]),
     )
     assert [e.sequence for e in ledger.events(w.run_id)] == [1, 2]
 
 
 def test_sequence_gap_is_refused_and_rolls_back(ledger: Ledger) -> None:
     w = make_world(ledger)
-    refuse(w, LedgerIntegrityError, lambda tx: ledger.append_events(tx, [user_input(w.run_id, 3)]))
+    refuse(w, LedgerIntegrityError, lambda tx: ledger.append(tx, [user_input(w.run_id, 3)]))
     refuse(
         w,
         LedgerIntegrityError,
-        lambda tx: ledger.append_events(tx, [user_input(w.run_id, 2), user_input(w.run_id, 4)]),
+        lambda tx: ledger.append(tx, [user_input(w.run_id, 2), user_input(w.run_id, 4)]),
     )
     w.append(user_input(w.run_id, 2))  # the next sequence is still accepted
     assert [e.sequence for e in ledger.events(w.run_id)] == [1, 2]
@@ -105,24 +103,24 @@ def test_result_without_committed_call_is_refused(ledger: Ledger) -> None:
     refuse(
         w,
         CallNotCommittedError,
-        lambda tx: ledger.append_events(tx, [tool_result(w.run_id, 2, "c1")]),
+        lambda tx: ledger.append(tx, [tool_result(w.run_id, 2, "c1")]),
     )
     # a result before its call in the same batch is not paired either
     refuse(
         w,
         CallNotCommittedError,
-        lambda tx: ledger.append_events(
+        lambda tx: ledger.append(
             tx, [tool_result(w.run_id, 2, "c1"), tool_call(w.run_id, 3, "c1")]
         ),
     )
     # a call committed in ANOTHER run does not count for this one
     w.add_run("r-2", started=at(5))
     with ledger.transaction(fence=w.fence) as tx:
-        ledger.append_events(tx, [user_input("r-2", 1), tool_call("r-2", 2, "c1")])
+        ledger.append(tx, [user_input("r-2", 1), tool_call("r-2", 2, "c1")])
     refuse(
         w,
         CallNotCommittedError,
-        lambda tx: ledger.append_events(tx, [tool_result(w.run_id, 2, "c1")]),
+        lambda tx: ledger.append(tx, [tool_result(w.run_id, 2, "c1")]),
     )
 
 
@@ -143,13 +141,13 @@ def test_second_result_for_a_call_is_refused(ledger: Ledger) -> None:
     refuse(
         w,
         DuplicateResultError,
-        lambda tx: ledger.append_events(tx, [tool_result(w.run_id, 4, "c1")]),
+        lambda tx: ledger.append(tx, [tool_result(w.run_id, 4, "c1")]),
     )
     w.append(tool_call(w.run_id, 4, "c2"))
     refuse(
         w,
         DuplicateResultError,
-        lambda tx: ledger.append_events(
+        lambda tx: ledger.append(
             tx, [tool_result(w.run_id, 5, "c2"), tool_result(w.run_id, 6, "c2")]
         ),
     )
@@ -158,15 +156,11 @@ def test_second_result_for_a_call_is_refused(ledger: Ledger) -> None:
 def test_second_call_with_one_id_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
     w.append(tool_call(w.run_id, 2, "c1"))
-    refuse(
-        w, DuplicateResultError, lambda tx: ledger.append_events(tx, [tool_call(w.run_id, 3, "c1")])
-    )
+    refuse(w, DuplicateResultError, lambda tx: ledger.append(tx, [tool_call(w.run_id, 3, "c1")]))
     refuse(
         w,
         DuplicateResultError,
-        lambda tx: ledger.append_events(
-            tx, [tool_call(w.run_id, 3, "c9"), tool_call(w.run_id, 4, "c9")]
-        ),
+        lambda tx: ledger.append(tx, [tool_call(w.run_id, 3, "c9"), tool_call(w.run_id, 4, "c9")]),
     )
 
 
@@ -182,7 +176,7 @@ def test_any_event_after_terminal_is_refused(ledger: Ledger, kind: str) -> None:
         "tool_call": tool_call(w.run_id, 3, "c1"),
         "terminal": terminal(w.run_id, 3),
     }[kind]
-    refuse(w, EventAfterTerminalError, lambda tx: ledger.append_events(tx, [late]))
+    refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, [late]))
 
 
 def test_event_after_terminal_in_the_same_batch_is_refused(ledger: Ledger) -> None:
@@ -190,7 +184,7 @@ def test_event_after_terminal_in_the_same_batch_is_refused(ledger: Ledger) -> No
     refuse(
         w,
         EventAfterTerminalError,
-        lambda tx: ledger.append_events(tx, [terminal(w.run_id, 2), user_input(w.run_id, 3)]),
+        lambda tx: ledger.append(tx, [terminal(w.run_id, 2), user_input(w.run_id, 3)]),
     )
     assert [e.type for e in ledger.events(w.run_id)] == [EventType.USER_INPUT]
 
@@ -251,14 +245,14 @@ def test_event_and_receipt_writes_need_a_fence(ledger: Ledger) -> None:
     refuse(
         w,
         LedgerIntegrityError,
-        lambda tx: ledger.append_events(tx, [user_input(w.run_id, 2)]),
+        lambda tx: ledger.append(tx, [user_input(w.run_id, 2)]),
         fenced=False,
     )
     w.append(tool_call(w.run_id, 2, "c1"))
     refuse(
         w,
         LedgerIntegrityError,
-        lambda tx: ledger.put_receipts(tx, [receipt(w.run_id, "c1")]),
+        lambda tx: ledger.append(tx, (), [receipt(w.run_id, "c1")]),
         fenced=False,
     )
     refuse(w, LedgerIntegrityError, lambda tx: _finish(ledger, tx, w.run_id), fenced=False)
@@ -269,8 +263,8 @@ def test_a_fence_on_one_session_cannot_write_another_sessions_run(ledger: Ledger
     b = make_world(ledger, "s-b", "r-b")
     b.append(tool_call(b.run_id, 2, "c1"))
     b_before = b.snapshot()
-    refuse(a, LedgerIntegrityError, lambda tx: ledger.append_events(tx, [user_input("r-b", 3)]))
-    refuse(a, LedgerIntegrityError, lambda tx: ledger.put_receipts(tx, [receipt("r-b", "c1")]))
+    refuse(a, LedgerIntegrityError, lambda tx: ledger.append(tx, [user_input("r-b", 3)]))
+    refuse(a, LedgerIntegrityError, lambda tx: ledger.append(tx, (), [receipt("r-b", "c1")]))
     refuse(a, LedgerIntegrityError, lambda tx: _finish(ledger, tx, "r-b"))
     assert b.snapshot() == b_before
 
@@ -296,34 +290,32 @@ def test_bump_epoch_increments_by_one_and_sets_running(ledger: Ledger) -> None:
 
 def test_receipt_for_an_uncommitted_call_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
-    refuse(w, CallNotCommittedError, lambda tx: ledger.put_receipts(tx, [receipt(w.run_id, "c1")]))
+    refuse(w, CallNotCommittedError, lambda tx: ledger.append(tx, (), [receipt(w.run_id, "c1")]))
 
 
 def test_second_receipt_for_a_call_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
     w.append(tool_call(w.run_id, 2, "c1"), tool_call(w.run_id, 3, "c2"))
     w.put(receipt(w.run_id, "c1"))
-    refuse(w, DuplicateResultError, lambda tx: ledger.put_receipts(tx, [receipt(w.run_id, "c1")]))
+    refuse(w, DuplicateResultError, lambda tx: ledger.append(tx, (), [receipt(w.run_id, "c1")]))
     refuse(
         w,
         DuplicateResultError,
-        lambda tx: ledger.put_receipts(tx, [receipt(w.run_id, "c2"), receipt(w.run_id, "c2")]),
+        lambda tx: ledger.append(tx, (), [receipt(w.run_id, "c2"), receipt(w.run_id, "c2")]),
     )
 
 
 def test_receipt_after_terminal_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
     w.append(tool_call(w.run_id, 2, "c1"), terminal(w.run_id, 3))
-    refuse(
-        w, EventAfterTerminalError, lambda tx: ledger.put_receipts(tx, [receipt(w.run_id, "c1")])
-    )
+    refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, (), [receipt(w.run_id, "c1")]))
 
 
 def test_a_call_and_its_receipt_in_one_transaction_are_accepted(ledger: Ledger) -> None:
     w = make_world(ledger)
     with ledger.transaction(fence=w.fence) as tx:
-        ledger.append_events(tx, [tool_call(w.run_id, 2, "c1"), tool_result(w.run_id, 3, "c1")])
-        ledger.put_receipts(tx, [receipt(w.run_id, "c1")])
+        ledger.append(tx, [tool_call(w.run_id, 2, "c1"), tool_result(w.run_id, 3, "c1")])
+        ledger.append(tx, (), [receipt(w.run_id, "c1")])
     assert [r.call_id for r in ledger.receipts(w.run_id)] == ["c1"]
 
 
@@ -520,7 +512,7 @@ def test_a_run_created_in_a_rolled_back_transaction_does_not_exist(
         raise RuntimeError("caller aborts the transaction")
     assert ledger.get_run("r-ghost") is None
     with pytest.raises(NotFoundError), ledger.transaction(fence=w.fence) as tx:
-        ledger.append_events(tx, [user_input("r-ghost", 1)])
+        ledger.append(tx, [user_input("r-ghost", 1)])
 
 
 # -- real databases only ---------------------------------------------------------------------
@@ -563,7 +555,7 @@ def test_fencing_is_real_under_concurrency(backend: str, request: pytest.Fixture
     def owner_a() -> None:
         try:
             with ledger.transaction(fence=Fence(w.session_id, e)) as tx:
-                ledger.append_events(tx, [user_input(w.run_id, 2, "from A")])
+                ledger.append(tx, [user_input(w.run_id, 2, "from A")])
                 a_wrote.set()
                 assert release_a.wait(DEADLINE_S)
         except BaseException as exc:  # surfaced in the main thread
@@ -595,7 +587,7 @@ def test_fencing_is_real_under_concurrency(backend: str, request: pytest.Fixture
     events = ledger.events(w.run_id)
     assert [(ev.payload.get("text"), ev.epoch) for ev in events[1:]] == [("from A", e)]
     with pytest.raises(StaleEpochError), ledger.transaction(fence=Fence(w.session_id, e)) as tx:
-        ledger.append_events(tx, [user_input(w.run_id, 3, "A again")])
+        ledger.append(tx, [user_input(w.run_id, 3, "A again")])
     assert len(ledger.events(w.run_id)) == 2
 
 
@@ -800,7 +792,7 @@ def test_an_over_long_call_id_and_tool_name_are_bounded_consistently(ledger: Led
     refuse(
         w,
         DuplicateResultError,
-        lambda tx: ledger.append_events(tx, [tool_result(w.run_id, 4, LONG_ID)]),
+        lambda tx: ledger.append(tx, [tool_result(w.run_id, 4, LONG_ID)]),
     )
 
 
@@ -856,7 +848,7 @@ def test_a_value_postgresql_refuses_is_a_data_error_never_an_outage(
     raw = Event.model_construct(  # no validators either
         run_id=w.run_id, sequence=2, type=EventType.TOOL_CALL, epoch=0, created_at=at(2), **bad
     )
-    exc = refuse(w, LedgerDataError, lambda tx: postgres_ledger.append_events(tx, [raw]))
+    exc = refuse(w, LedgerDataError, lambda tx: postgres_ledger.append(tx, [raw]))
     assert not getattr(exc, "retryable", True)
 
 

@@ -115,7 +115,7 @@ def test_a_large_prompt_is_an_artifact_the_model_reads_with_a_tool(
 
 def _tamper(ledger: Any) -> None:
     if isinstance(ledger, MemoryLedger):
-        ledger._artifacts[SHA] = b"something else"
+        ledger.tables.artifacts[SHA] = b"something else"
         return
     with ledger.engine.begin() as conn:
         conn.execute(text("UPDATE prompt_artifacts SET content = :c"), {"c": b"something else"})
@@ -123,7 +123,7 @@ def _tamper(ledger: Any) -> None:
 
 def _remove(ledger: Any) -> None:
     if isinstance(ledger, MemoryLedger):
-        ledger._artifacts.clear()
+        ledger.tables.artifacts.clear()
         return
     with ledger.engine.begin() as conn:
         conn.execute(text("DELETE FROM prompt_artifacts"))

@@ -132,8 +132,9 @@ def _crashed_run(tool: type[Tool], *, with_receipt: bool) -> tuple[Any, str, str
     with ledger.transaction(fence=Fence(session.session_id, epoch)) as tx:
         ledger.append(tx, events)
         if with_receipt:
-            ledger.put_receipts(
+            ledger.append(
                 tx,
+                (),
                 [
                     ExecutionReceipt(
                         run_id=run_id,
