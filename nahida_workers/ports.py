@@ -408,7 +408,11 @@ class Ledger(Protocol[TxT]):
         ...
 
 
-class ChildLedger(Protocol[TxT]):
+#: The transaction type a write-only port takes (contravariant).
+TxIn = TypeVar("TxIn", contravariant=True)
+
+
+class ChildLedger(Protocol[TxIn]):
     """Child sessions in the ledger (DESIGN.md section 8, issue 13).
 
     A narrow port next to :class:`Ledger`: adapters are
@@ -421,7 +425,7 @@ class ChildLedger(Protocol[TxT]):
 
     def spawn_child(
         self,
-        tx: TxT,
+        tx: TxIn,
         child: SessionRecord,
         link: ChildLink,
         run: RunRecord,
@@ -438,7 +442,7 @@ class ChildLedger(Protocol[TxT]):
         ...
 
     def post_child_completion(
-        self, tx: TxT, message: InboxMessage, outbox: OutboxRecord, *, at: datetime
+        self, tx: TxIn, message: InboxMessage, outbox: OutboxRecord, *, at: datetime
     ) -> bool:
         """A child's completion into its parent's inbox (idempotent by message id).
 
@@ -448,7 +452,7 @@ class ChildLedger(Protocol[TxT]):
         """
         ...
 
-    def park(self, tx: TxT, session_id: str, awaiting: Sequence[str], *, at: datetime) -> bool:
+    def park(self, tx: TxIn, session_id: str, awaiting: Sequence[str], *, at: datetime) -> bool:
         """``status = waiting`` with ``awaiting`` recorded, iff one of them is not done.
 
         Runs under the session's fence (its row lock).  Returns False, writing

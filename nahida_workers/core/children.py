@@ -183,7 +183,9 @@ def leading_task_calls(pending: Sequence[ToolCall]) -> list[ToolCall]:
     return head
 
 
-def decide_children(head: Sequence[ToolCall], views: Mapping[str, ChildView]) -> Park | AdoptChildren:
+def decide_children(
+    head: Sequence[ToolCall], views: Mapping[str, ChildView]
+) -> Park | AdoptChildren:
     """Adopt the settled prefix of ``head``, else park on every unsettled child of it.
 
     A call the runtime reported nothing for is treated as refused (it must

@@ -194,15 +194,7 @@ class Done:
 
 
 Decision = (
-    CallProvider
-    | RunBatch
-    | Persist
-    | Finish
-    | RunHooks
-    | ClaimInbox
-    | Done
-    | Park
-    | AdoptChildren
+    CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done | Park | AdoptChildren
 )
 
 

@@ -40,4 +40,4 @@ def child_ledger(ledger: Any) -> ChildLedger[Any]:
             else:
                 raise TypeError(f"no child-session adapter for {type(ledger).__name__}")
             _adapters[ledger] = found
-        return found  # type: ignore[no-any-return]
+        return found

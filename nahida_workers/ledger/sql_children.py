@@ -102,7 +102,9 @@ class SqlChildren:
             .scalar_subquery()
         )
         columns = [getattr(s, k) for k in values]
-        row = select(*[literal(v, type_=c.type) for v, c in zip(values.values(), columns)])
+        row = select(
+            *[literal(v, type_=c.type) for v, c in zip(values.values(), columns, strict=True)]
+        )
         # RETURNING, not rowcount: psycopg may report -1 for INSERT ... SELECT.
         inserted = conn.execute(
             insert(t.sessions)
@@ -177,5 +179,3 @@ class SqlChildren:
                 .order_by(s.created_at, s.session_id)
             ).all()
         return [session_row(r) for r in rows]
-
-

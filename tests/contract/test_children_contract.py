@@ -125,10 +125,14 @@ def test_park_then_completion_wakes_the_parent_once(ledger: Any) -> None:
     assert ledger.get_session("s-1").status is SessionStatus.WAITING
     assert children.link("s-1").awaiting == ("k1",)
     with ledger.transaction() as tx:
-        woke = children.post_child_completion(tx, completion("k1"), outbox("ob-wake", "s-1"), at=at(3))
+        woke = children.post_child_completion(
+            tx, completion("k1"), outbox("ob-wake", "s-1"), at=at(3)
+        )
     assert woke and ledger.get_session("s-1").status is SessionStatus.QUEUED
     with ledger.transaction() as tx:
-        again = children.post_child_completion(tx, completion("k1"), outbox("ob-2", "s-1"), at=at(4))
+        again = children.post_child_completion(
+            tx, completion("k1"), outbox("ob-2", "s-1"), at=at(4)
+        )
     assert not again  # not waiting any more: no second wake-up, one message
     inbox = ledger.inbox("s-1", statuses=[InboxStatus.PENDING])
     assert [m.message_id for m in inbox] == ["child-done:k1"]
