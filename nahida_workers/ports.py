@@ -38,6 +38,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.core.records import (
     BatchRecord,
@@ -51,6 +52,7 @@ from nahida_workers.core.records import (
 
 __all__ = [
     "ArtifactStore",
+    "ChildLedger",
     "Clock",
     "Fence",
     "FleetState",
@@ -454,6 +456,63 @@ class Ledger(
     :class:`ArtifactStore` for prompt artifacts, ...), or a local protocol
     combining a few.
     """
+
+
+class ChildLedger(Protocol[TxIn]):
+    """Child sessions in the ledger (DESIGN.md section 8, issue 13).
+
+    A narrow port next to :class:`Ledger`: adapters are
+    ``ledger/memory_children.py`` and ``ledger/sql_children.py``, each
+    composed over its ledger and writing in the ledger's transactions.
+    Every write runs in a transaction fenced by the *parent* (spawn, park)
+    or the *child* (its completion post); all of them serialise on the
+    parent's session row lock, so a park never misses a completion.
+    """
+
+    def spawn_child(
+        self,
+        tx: TxIn,
+        child: SessionRecord,
+        link: ChildLink,
+        run: RunRecord,
+        prompt: Event,
+        outbox: OutboxRecord,
+        limits: ChildLimits,
+    ) -> SpawnOutcome:
+        """Insert a child session, its first run, prompt event and outbox row, or refuse.
+
+        Idempotent by ``child.session_id``: a known id writes nothing and
+        returns ``EXISTS``.  The limits are checked here, by the database
+        (a conditional insert under the root's row lock), never in memory.
+        """
+        ...
+
+    def post_child_completion(
+        self, tx: TxIn, message: InboxMessage, outbox: OutboxRecord, *, at: datetime
+    ) -> bool:
+        """A child's completion into its parent's inbox (idempotent by message id).
+
+        Locks the parent row; when the parent is ``waiting`` it becomes
+        ``queued`` and ``outbox`` is written (returns True: publish it after
+        commit).  No inbox limit applies: a foreground wait must end.
+        """
+        ...
+
+    def park(self, tx: TxIn, session_id: str, awaiting: Sequence[str], *, at: datetime) -> bool:
+        """``status = waiting`` with ``awaiting`` recorded, iff one of them is not done.
+
+        Runs under the session's fence (its row lock).  Returns False, writing
+        nothing, when every awaited child is already done.
+        """
+        ...
+
+    def link(self, session_id: str) -> ChildLink | None:
+        """A session's place in its tree, or None for an unknown id."""
+        ...
+
+    def children(self, parent_id: str) -> list[SessionRecord]:
+        """The children of a session, oldest first."""
+        ...
 
 
 class LeaseStore(Protocol):

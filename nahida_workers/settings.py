@@ -141,6 +141,12 @@ class Settings(BaseSettings):
     inbox_max_user: int = Field(20, ge=1)
     inbox_max_background: int = Field(100, ge=1)
     inbox_max_bytes: int = Field(64 * 1024, ge=1024)
+    # Child sessions (DESIGN.md section 8): a Task call deeper than this, or
+    # beyond the per-session or per-root count, gets an error result instead
+    # of a child (enforced by the ledger).
+    child_max_depth: int = Field(3, ge=1)
+    child_max_per_session: int = Field(16, ge=1)
+    child_max_running_per_root: int = Field(64, ge=1)
     sweeper_interval_s: float = Field(15.0, gt=0)
     redispatch_after_s: float = Field(60.0, gt=0)
     redispatch_queued_after_s: float = Field(300.0, gt=0)

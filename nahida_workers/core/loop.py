@@ -9,7 +9,7 @@ every id come in as arguments, so the loop is tested fast and in-process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,13 @@ from nahida_workers.core.bounds import (
     calls_within_bound,
     check_bounds,
     refusal_events,
+)
+from nahida_workers.core.children import (
+    AdoptChildren,
+    ChildView,
+    Park,
+    decide_children,
+    leading_task_calls,
 )
 from nahida_workers.core.compaction import compact, estimate_tokens
 from nahida_workers.core.events import (
@@ -59,6 +66,7 @@ from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import project
 
 __all__ = [
+    "AdoptChildren",
     "CallProvider",
     "CallResult",
     "ClaimInbox",
@@ -66,6 +74,7 @@ __all__ = [
     "Done",
     "Finish",
     "LoopConfig",
+    "Park",
     "Persist",
     "RunBatch",
     "RunHooks",
@@ -120,12 +129,15 @@ class Signals:
         cancel_requested: the session's cancel flag is set.
         elapsed_s: seconds this run has been executing.
         pending_steering: unclaimed steering messages in the session inbox.
+        children: call id -> what became of that Task call's child session
+            (``core/children.py``); read only when Task calls are pending.
     """
 
     now: datetime
     cancel_requested: bool = False
     elapsed_s: float = 0.0
     pending_steering: int = 0
+    children: Mapping[str, ChildView] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,7 +193,9 @@ class Done:
     """The run is already terminal; nothing to do."""
 
 
-Decision = CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done
+Decision = (
+    CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done | Park | AdoptChildren
+)
 
 
 @dataclass(frozen=True)
@@ -239,6 +253,10 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         return _finish(TerminalState.CANCELLED, ReasonCode.CANCELLED)
     pending = state.pending_calls()
     if pending:
+        head = leading_task_calls(pending)
+        if head:  # child sessions (DESIGN.md section 8): adopt in call order, or park
+            return decide_children(head, signals.children)
+        pending = _before_first_task(pending)
         allowed = calls_within_bound(state, pending, config.bounds)
         if allowed == 0:
             return Persist(refusal_events(state, pending, now=signals.now))
@@ -253,6 +271,16 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         # A paused turn (pause_turn) is not judged: the next call continues it.
         return _answered(state, config, signals, last)
     return _next_turn(state, config, signals)
+
+
+def _before_first_task(pending: Sequence[ToolCall]) -> list[ToolCall]:
+    """The pending calls before the first Task call: results stay in call order."""
+    out: list[ToolCall] = []
+    for call in pending:
+        if leading_task_calls([call]):
+            break
+        out.append(call)
+    return out
 
 
 def _answered(state: RunState, config: LoopConfig, signals: Signals, last: Event) -> Decision:

@@ -25,6 +25,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt, ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import INTERRUPTED_TEXT, result_payload
@@ -119,6 +120,8 @@ def _sort_orphans(
     lost_reruns: set[str] = set()
     earlier = _reruns(state)
     for call in orphan_calls(state.events):
+        if call.name == TASK_TOOL and call.call_id not in state.receipts:
+            continue  # not an orphan: its child session holds the outcome (section 8)
         receipt = state.receipts.get(call.call_id)
         epochs = earlier.get(call.call_id, set())
         if receipt is not None:

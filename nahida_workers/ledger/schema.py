@@ -82,9 +82,16 @@ sessions = Table(
     # Added by migration 0004: the durable crash counter.
     Column("open_epoch", BigInteger, nullable=True),
     Column("crash_streak", Integer, nullable=False, server_default=text("0")),
+    # Added by migration 0007: child sessions (issue 13, ``ledger/sql_children.py``).
+    Column("root_id", String(64), nullable=True),
+    Column("depth", Integer, nullable=False, server_default=text("0")),
+    Column("lineage_json", Json, nullable=True),
+    Column("awaiting_json", Json, nullable=True),
     UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
     Index("ix_sessions_batch", "batch_id"),
     Index("ix_sessions_status", "status"),
+    Index("ix_sessions_parent", "parent_id"),
+    Index("ix_sessions_root", "root_id"),
 )
 
 agent_runs = Table(

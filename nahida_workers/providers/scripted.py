@@ -175,6 +175,26 @@ def unknown_script_tools(provider: Mapping[str, Any], offered: set[str]) -> list
     return unknown
 
 
+def unknown_script_agents(provider: Mapping[str, Any], agents: set[str]) -> list[str]:
+    """Agent names the script's ``Task`` calls start that are not in ``agents`` (issue 13).
+
+    Raises:
+        ConfigError: a script is missing or malformed.
+    """
+    unknown: list[str] = []
+    if provider.get("kind", "scripted") != "scripted" or provider.get("script") is None:
+        return unknown
+    source = provider["script"]
+    script = load_script({"turns": source} if isinstance(source, list) else source)
+    for turns in (script.turns, *script.next_runs):
+        for turn in turns:
+            for call in turn.tool_calls:
+                agent = call.arguments.get("agent") if call.name == "Task" else None
+                if isinstance(agent, str) and agent not in agents and agent not in unknown:
+                    unknown.append(agent)
+    return unknown
+
+
 def _results_by_call(request: ProviderRequest) -> dict[str, str]:
     return {m.call_id: m.content for m in request.messages if isinstance(m, ToolResultMessage)}
 

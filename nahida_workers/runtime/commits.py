@@ -15,6 +15,10 @@ commit point        what it writes, in one fenced transaction
                     bounds, stop-hook verdicts) and inbox claims
 ``seal``            the terminal event, the run row, the inbox acknowledgements
                     and ``sessions.status = done`` (section 3 step 6)
+``park``            a ``parked`` control event, ``sessions.status = waiting`` and the
+                    awaited child ids -- or nothing, when every awaited child is
+                    already done (section 8; serialised with the children's
+                    completion posts on the session row lock)
 ``close_session``   ``sessions.status = done`` when no run is left to seal
 ``take_over`` /     the owner epoch bump with the durable crash counter, and the
 ``hand_back``       clean hand-back (section 4; ``runtime/redelivery.py``)
@@ -22,21 +26,28 @@ commit point        what it writes, in one fenced transaction
 
 Every transaction is fenced with the epoch bumped when the lease was taken,
 and a short ledger outage is ridden out without applying a commit twice
-(``runtime/outage.py``).  The run state learns only what committed.  New
-commit points (a parked session, spawned child sessions, adopted child
-results: DESIGN.md section 8) belong here too.
+(``runtime/outage.py``).  The run state learns only what committed.
+
+Child sessions (DESIGN.md section 8, ``runtime/children.py``): ``commit_turn``
+writes each Task call's child rows in its transaction; ``commit_results``
+adopts child outcomes (claiming the completions that woke the parent); a
+child's ``seal`` posts its completion to the parent in its transaction.
+Outbox rows those commits write are published after commit.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from nahida_workers import metrics
+from nahida_workers.core.children import TASK_TOOL, Park
 from nahida_workers.core.events import (
     Event,
+    EventType,
     ExecutionReceipt,
     FailureCode,
     ReasonCode,
@@ -52,10 +63,11 @@ from nahida_workers.core.loop import (
 )
 from nahida_workers.core.messages import ProviderTurn
 from nahida_workers.core.receipts import missing_receipts
-from nahida_workers.core.records import RunRecord
+from nahida_workers.core.records import OutboxRecord, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
 from nahida_workers.ports import (
+    ChildLedger,
     Clock,
     Fence,
     LedgerInbox,
@@ -65,11 +77,12 @@ from nahida_workers.ports import (
     TxT,
 )
 from nahida_workers.runtime.calls import Execution
+from nahida_workers.runtime.children import Spawner, completion_message, wake_outbox
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
 
-__all__ = ["CommitLedger", "CommitPoints", "hand_back", "take_over"]
+__all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +113,34 @@ def hand_back(ledger: LedgerOwners, session_id: str, epoch: int, *, at: datetime
         ledger.close_owner(session_id, epoch, at=at)
     except Exception as exc:
         log.warning("session %s: close_owner failed: %s", session_id, exc)
+
+
+@dataclass
+class Family:
+    """What an owner's commit points need for child sessions (section 8).
+
+    Attributes:
+        children: the ledger's child port.
+        spawner: writes the children of this session's Task calls.
+        parent_id: this session's parent (its seal posts a completion there).
+        publish: publishes an outbox row after its commit (the dispatcher's
+            path; an unpublished row is re-published by the sweeper).
+    """
+
+    children: ChildLedger[Any]
+    spawner: Spawner
+    parent_id: str | None = None
+    publish: Callable[[OutboxRecord], None] | None = None
+
+    def publish_all(self, records: Sequence[OutboxRecord]) -> None:
+        """Publish each row; a broker error leaves it to the sweeper."""
+        for record in records:
+            if self.publish is None:
+                return
+            try:
+                self.publish(record)
+            except Exception as exc:
+                log.warning("outbox %s not published (the sweeper will): %s", record.outbox_id, exc)
 
 
 class CommitPoints:
@@ -141,6 +182,7 @@ class CommitPoints:
         self.observer: Observer | None = None
         self.cancel_seen = cancel_seen
         self.inbox_pending = 0
+        self.family: Family | None = None
 
     # -- runs ----------------------------------------------------------------------
     def open_run(self, run: RunRecord, events: Sequence[Event], claims: Sequence[str]) -> None:
@@ -166,11 +208,33 @@ class CommitPoints:
             self._commit(state, events)
 
     def commit_turn(self, state: RunState, turn: ProviderTurn) -> None:
-        """Section 3 step 3: the turn's output and every tool call, in provider order."""
-        self._commit(state, turn_events(state, turn, now=self.clock.now()))
+        """Section 3 step 3: the turn's output and every tool call, in provider order.
+
+        Each Task call's child session is written in the same transaction
+        (section 8: a stable identity before dispatch), then published.
+        """
+        now = self.clock.now()
+        events = turn_events(state, turn, now=now)
+        family, outboxes = self.family, list[OutboxRecord]()
+        also: Callable[[Any], None] | None = None
+        if family is not None and any(
+            e.type is EventType.TOOL_CALL and e.payload.get("name") == TASK_TOOL for e in events
+        ):
+
+            def also(tx: Any) -> None:
+                outboxes[:] = family.spawner.spawn(tx, state.run_id, events, now)
+
+        self._commit(state, events, also=also)
+        if family is not None:
+            family.publish_all(outboxes)
 
     def commit_results(
-        self, state: RunState, run: RunRecord, executions: Sequence[Execution]
+        self,
+        state: RunState,
+        run: RunRecord,
+        executions: Sequence[Execution],
+        *,
+        claims: Sequence[str] = (),
     ) -> bool:
         """Section 3 step 5: every result of a batch with its receipt, in provider order.
 
@@ -181,6 +245,9 @@ class CommitPoints:
         not close the calls as interrupted and carry on as if nothing had
         been lost.
 
+        ``claims``: inbox messages this commit acknowledges with the run (the
+        completions of the children whose outcomes it adopts, section 8).
+
         Returns:
             True when the results committed; False when the run was sealed.
 
@@ -190,7 +257,7 @@ class CommitPoints:
         """
         events = result_events(state, [e.result for e in executions], now=self.clock.now())
         try:
-            self._commit(state, events, [e.receipt for e in executions])
+            self._commit(state, events, [e.receipt for e in executions], claims=claims)
         except LedgerError as exc:
             if isinstance(exc, StaleEpochError):
                 raise  # fenced out: not a persistence failure, this owner just stops
@@ -224,8 +291,15 @@ class CommitPoints:
         now = self.clock.now()
         event = terminal_event(state, finish, now=now)
 
+        family = self.family
+        parent = family.parent_id if family is not None else None
+        wake: list[OutboxRecord] = []
+
         def write() -> None:
-            with self.ledger.transaction(fence=self.fence, run_id=run.run_id) as tx:
+            # A child's seal posts its completion in the same transaction: no
+            # run_id hint, so the SQL ledger takes the slow path with the lock.
+            hint = None if parent else run.run_id
+            with self.ledger.transaction(fence=self.fence, run_id=hint) as tx:
                 self.ledger.seal_run(
                     tx,
                     event,
@@ -234,6 +308,8 @@ class CommitPoints:
                     failure_code=finish.failure_code,
                     ended_at=now,
                 )
+                if parent is not None and family is not None:
+                    wake[:] = self._post_completion(tx, family, parent, run, finish, now)
 
         self._through_outage(
             write,
@@ -244,8 +320,66 @@ class CommitPoints:
         )
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
+        if family is not None:
+            family.publish_all(wake)
         if self.observer is not None:
             self.observer.sealed(state, finish)
+
+    def _post_completion(
+        self, tx: Any, family: Family, parent: str, run: RunRecord, finish: Finish, now: datetime
+    ) -> list[OutboxRecord]:
+        """A child's completion into its parent's inbox; the wake-up row, if it woke it."""
+        child = self.fence.session_id
+        message = completion_message(
+            parent, child, run.run_id, finish.state, finish.reason.value, now
+        )
+        outbox = wake_outbox(parent, child, now)
+        woke = family.children.post_child_completion(tx, message, outbox, at=now)
+        return [outbox] if woke else []
+
+    def park(self, state: RunState, run: RunRecord, park: Park) -> bool:
+        """Section 8: wait for children -- or not, when every awaited one is already done.
+
+        One fenced transaction holding the session row lock (the lock a
+        child's completion post takes too, so no wake-up is lost): the
+        ``parked`` control event, ``sessions.status = waiting`` and the
+        awaited child ids.  Returns True when the session parked; False
+        (nothing written) when the children ended meanwhile: adopt them.
+        """
+        family = self.family
+        if family is None:
+            raise LedgerError("park needs the child-session port")
+        now = self.clock.now()
+        event = Event(
+            run_id=run.run_id,
+            sequence=state.next_sequence,
+            type=EventType.CONTROL,
+            payload={"kind": "parked", "awaiting": list(park.awaiting), "calls": list(park.calls)},
+            created_at=now,
+        )
+
+        def write() -> bool:
+            with self.ledger.transaction(fence=self.fence) as tx:
+                if not family.children.park(tx, self.fence.session_id, park.awaiting, at=now):
+                    return False
+                self.ledger.append(tx, [event])
+            return True
+
+        self.heartbeat.check()
+        parked = self._through_outage(
+            write,
+            [event],
+            (),
+            landed=lambda: self._landed(run.run_id, event),
+            within_s=self.outage_s,
+        )
+        if parked is False:
+            return False
+        state.apply(event)
+        if self.observer is not None:
+            self.observer.committed([event])
+        log.info("run %s parked awaiting %d child session(s)", run.run_id, len(park.awaiting))
+        return True
 
     def seal_failed(
         self,
@@ -269,8 +403,11 @@ class CommitPoints:
         receipts: Sequence[ExecutionReceipt] = (),
         *,
         claims: Sequence[str] = (),
+        also: Callable[[Any], None] | None = None,
     ) -> None:
         """One fenced transaction; the state learns the events only after commit.
+
+        ``also(tx)`` writes more rows in the same transaction (child sessions).
 
         A result without a receipt (a call recovery closed as interrupted, one
         refused by a bound) is committed with a synthetic one
@@ -291,6 +428,8 @@ class CommitPoints:
             with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
                 self.ledger.append(tx, events, receipts)
                 self.ledger.claim_inbox(tx, state.run_id, claims, at=self.clock.now())
+                if also is not None:
+                    also(tx)
             return tx
 
         tx = self._through_outage(

@@ -191,6 +191,15 @@ class Dispatcher:
             config["prompt"] = user_input["text"]  # stored once, in the artifact
         return config, user_input
 
+    def publish(self, record: OutboxRecord) -> None:
+        """Publish an outbox row another commit wrote (a child session, a woken parent).
+
+        Raises:
+            Exception: whatever the broker raised; the row stays unpublished
+                and :meth:`publish_pending` publishes it later.
+        """
+        self._publish(record)
+
     def _publish(self, record: OutboxRecord) -> None:
         task_id = f"session-{record.session_id}-{record.outbox_id}"
         self.queue.publish_session(record.session_id, task_id=task_id)

@@ -13,15 +13,34 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, assert_never
 
 from nahida_workers import metrics
 from nahida_workers.constants import CANCEL_POLL_S
-from nahida_workers.core.events import Event, EventType, ReasonCode, TerminalState
+from nahida_workers.core.children import (
+    TASK_TOOL,
+    AdoptChildren,
+    ChildView,
+    Park,
+    adopted_result,
+    leading_task_calls,
+    task_schema,
+)
+from nahida_workers.core.events import (
+    Event,
+    EventType,
+    EvidenceKind,
+    ExecutionReceipt,
+    ReasonCode,
+    TerminalState,
+    VerificationStatus,
+)
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
     CallProvider,
+    CallResult,
     ClaimInbox,
     Decision,
     Done,
@@ -34,10 +53,13 @@ from nahida_workers.core.loop import (
     decide,
     final_text_for,
 )
-from nahida_workers.core.records import InboxMessage, InboxStatus, RunRecord
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.receipts import idempotency_key
+from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import ProviderError, ProviderProtocolError
-from nahida_workers.runtime.calls import CallJob
+from nahida_workers.runtime.calls import CallJob, Execution
+from nahida_workers.runtime.children import child_views
 from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
@@ -57,9 +79,12 @@ log = logging.getLogger(__name__)
 
 def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
     """What the pure loop needs to know of a session spec and its tools."""
+    tools = registry.schemas()
+    if TASK_TOOL in spec.tools:  # the runtime runs Task calls itself (section 8)
+        tools = (*tools, task_schema(sorted(spec.agents)))
     return LoopConfig(
         system_prompt=spec.system_prompt,
-        tools=registry.schemas(),
+        tools=tools,
         tool_choice=spec.tool_choice,
         may_fan_out=lambda name: registry.placement_of(name) is not None,
         contract=spec.contract,
@@ -135,6 +160,7 @@ class RunDriver:
         commits.observer = self.observer
         self._turn = _Turn()
         self._cancel_checked_at: float | None = None
+        self.parked = False
 
     # -- the loop -----------------------------------------------------------------------
     def drive(self) -> None:
@@ -151,7 +177,28 @@ class RunDriver:
             cancel_requested=self.commits.cancel_seen,
             pending_steering=self.commits.inbox_pending,
             elapsed_s=(now - self.run.started_at).total_seconds(),
+            children=self._children(),
         )
+
+    def _children(self) -> dict[str, ChildView]:
+        """What became of the children of the Task calls at the head of the pending calls."""
+        head = leading_task_calls(self.state.pending_calls())
+        family = self.commits.family
+        if not head:
+            return {}
+        if family is None:
+            return {c.call_id: ChildView(c.call_id, refused="Task: not available") for c in head}
+        return child_views(self.r.ledger, family.spawner, self.run.run_id, head, self._respawn)
+
+    def _respawn(self, call: ToolCall) -> str | None:
+        """Re-attempt a refused spawn (idempotent, limits re-checked); its refusal or None."""
+        family = self.commits.family
+        assert family is not None
+        self.commits.heartbeat.check()
+        with self.r.ledger.transaction(fence=self.commits.fence) as tx:
+            outbox = family.spawner.spawn_one(tx, self.run.run_id, call, self.r.clock.now())
+        family.publish_all([outbox] if outbox is not None else [])
+        return family.spawner.refused.get(call.call_id)
 
     def _apply(self, decision: Decision) -> bool:
         """Perform one decision; False when the run needs nothing more from this owner."""
@@ -170,6 +217,10 @@ class RunDriver:
                 return self._apply_run_hooks(decision)
             case ClaimInbox():
                 return self._apply_claim_inbox(decision)
+            case Park():
+                return self._apply_park(decision)
+            case AdoptChildren():
+                return self._apply_adopt(decision)
             case unreachable:
                 assert_never(unreachable)
 
@@ -238,6 +289,52 @@ class RunDriver:
             claims=[m.message_id for m in waiting],
         )
         return True
+
+    def _apply_park(self, park: Park) -> bool:
+        """Section 8: park (status waiting, delivery ends) -- or, children done, decide again."""
+        if self.commits.park(self.state, self.run, park):
+            self.parked = True
+            return False
+        return True
+
+    def _apply_adopt(self, adopt: AdoptChildren) -> bool:
+        """Each child's outcome as its call's result, in call order; completions claimed."""
+        now = self.r.clock.now()
+        executions = [self._adopted(view, now) for view in adopt.views]
+        wanted = {f"child-done:{v.session_id}" for v in adopt.views if v.session_id}
+        claims = [
+            m.message_id
+            for m in self._pending_inbox()
+            if m.kind is InboxKind.BACKGROUND and m.message_id in wanted
+        ]
+        return self.commits.commit_results(self.state, self.run, executions, claims=claims)
+
+    def _adopted(self, view: ChildView, now: datetime) -> Execution:
+        call = self.state.calls[view.call_id]
+        status, content = adopted_result(view)
+        evidence: dict[str, object] = {
+            "child_session_id": view.session_id,
+            "child_run_id": view.run_id,
+            "child_state": view.state.value if view.state else None,
+            "child_reason": view.reason,
+        }
+        if view.refused is not None:
+            evidence = {"error_code": "task_refused", "refused": view.refused}
+        receipt = ExecutionReceipt(
+            run_id=self.run.run_id,
+            call_id=call.call_id,
+            tool_name=call.name,
+            status=status,
+            started_at=now,
+            finished_at=now,
+            input_fingerprint=call.fingerprint,
+            evidence=evidence,
+            evidence_kind=EvidenceKind.NONE,
+            verification_status=VerificationStatus.NOT_APPLICABLE,
+            idempotency_key=idempotency_key(self.run.run_id, call.call_id),
+            epoch=self.commits.fence.epoch,
+        )
+        return Execution(CallResult(call.call_id, call.name, status, content), receipt)
 
     # -- helpers ------------------------------------------------------------------------------
     def _pending_inbox(self) -> list[InboxMessage]:

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import FailureCode, ReasonCode
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.messages import ToolCall
-from nahida_workers.core.records import InboxStatus, RunRecord, SessionRecord
+from nahida_workers.core.records import InboxKind, InboxStatus, RunRecord, SessionRecord
 from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import (
@@ -30,10 +31,12 @@ from nahida_workers.errors import (
     RunError,
     StaleEpochError,
 )
+from nahida_workers.ledger.children import child_ledger
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
-from nahida_workers.runtime.commits import CommitPoints
+from nahida_workers.runtime.children import Spawner
+from nahida_workers.runtime.commits import CommitPoints, Family
 from nahida_workers.runtime.driver import RunDriver
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.history import session_history
@@ -56,6 +59,7 @@ class SessionOutcome(StrEnum):
     ALREADY_DONE = "already_done"  # nothing left to run: no-op
     NOT_FOUND = "not_found"  # unknown session id: no-op
     LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
+    PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
 
 
 def _spec_of(session: SessionRecord) -> SessionSpec:
@@ -93,6 +97,19 @@ class SessionOwner:
             seal_outage_s=runner.ledger_seal_outage_s,
             cancel_seen=session.cancel_requested_at is not None,
         )
+        self.commits.family = self._family()
+
+    def _family(self) -> Family | None:
+        """The child-session wiring of this session (section 8), when it has any."""
+        spec = self.session.config
+        uses_task = TASK_TOOL in (spec.get("tools") or ())
+        if not uses_task and self.session.parent_id is None:
+            return None
+        children = child_ledger(self.r.ledger)
+        spawner = Spawner(
+            self.r.ledger, children, self.session, _spec_of(self.session), self.r.child_limits
+        )
+        return Family(children, spawner, self.session.parent_id, self.r.publish)
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:
@@ -108,7 +125,8 @@ class SessionOwner:
                 if outcome is SessionOutcome.ALREADY_DONE:
                     self.commits.close_session()
                 return outcome
-            self._run_one(run)
+            if self._run_one(run):
+                return SessionOutcome.PARKED
             outcome = SessionOutcome.FINISHED
 
     def abandon(
@@ -138,7 +156,11 @@ class SessionOwner:
 
     def _next_run(self) -> RunRecord | None:
         """Input that arrived after the last run sealed starts the next run (section 8)."""
-        pending = self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
+        pending = [
+            m
+            for m in self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
+            if m.kind is not InboxKind.BACKGROUND  # child completions are adopted, not input
+        ]
         if not pending:
             return None
         spec = SessionSpec.model_validate(self.session.config)
@@ -165,12 +187,13 @@ class SessionOwner:
         )
         return run
 
-    def _run_one(self, run: RunRecord) -> None:
+    def _run_one(self, run: RunRecord) -> bool:
+        """Drive one run; True when it parked (section 8) instead of reaching a terminal state."""
         bind_log_context(session_id=run.session_id, run_id=run.run_id, trace_id=run.trace_id)
         log.info("session %s: run %s, epoch %s", run.session_id, run.run_id, self.fence.epoch)
         state = self._load(run)
         try:
-            self._drive(state, run)
+            return self._drive(state, run)
         except (LeaseLostError, StaleEpochError):
             raise
         except RunError as exc:
@@ -187,6 +210,7 @@ class SessionOwner:
         except Exception as exc:
             log.exception("run %s: unexpected error; sealing it failed", run.run_id)
             self._seal_after(state, run, exc, ReasonCode.INTERNAL_ERROR, FailureCode.INTERNAL_ERROR)
+        return False
 
     def _load(self, run: RunRecord) -> RunState:
         """The run's committed state, with the session's earlier runs as history."""
@@ -200,11 +224,16 @@ class SessionOwner:
         )
         return state
 
-    def _drive(self, state: RunState, run: RunRecord) -> None:
-        """Recover, check the prompt artifacts, then hand the run to the interpreter."""
+    def _drive(self, state: RunState, run: RunRecord) -> bool:
+        """Recover, check the prompt artifacts, then hand the run to the interpreter.
+
+        Returns True when the run parked on its children (section 8).
+        """
         spec = _spec_of(self.session)
+        # Task is run by the runtime itself, not by a tool (runtime/children.py).
+        tools = tuple(t for t in spec.tools if t != TASK_TOOL)
         registry, artifacts = offer_artifact_tool(
-            self.r.registry_for(spec),
+            self.r.registry_for(spec.model_copy(update={"tools": tools})),
             self.r.ledger.get_artifact,
             [*state.history, *state.events],
         )
@@ -218,8 +247,10 @@ class SessionOwner:
                 ReasonCode.PROMPT_ARTIFACT_INVALID,
                 FailureCode.PROMPT_ARTIFACT_INVALID,
             )
-            return
-        RunDriver(self.r, self.session, spec, self.commits, state, run, registry).drive()
+            return False
+        driver = RunDriver(self.r, self.session, spec, self.commits, state, run, registry)
+        driver.drive()
+        return driver.parked
 
     def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
         """Settle what the previous owner left open (core/recovery.py), once, in order."""

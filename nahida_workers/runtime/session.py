@@ -37,6 +37,8 @@ from nahida_workers.core.events import (
     ReasonCode,
     SessionStatus,
 )
+from nahida_workers.core.lineage import ChildLimits
+from nahida_workers.core.records import OutboxRecord
 from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
@@ -85,6 +87,9 @@ class SessionRunner:
         prestart: start read-only concurrency-safe calls while the provider
             still streams (needs a fan-out executor; see ``runtime/prestart.py``).
         sink: where user-visible events go (``runtime/channel.py``).
+        child_limits: bounds on child sessions (settings; DESIGN.md section 8).
+        publish: publishes an outbox row a commit point wrote (child sessions,
+            a woken parent) after its commit; None leaves them to the sweeper.
         poison_after_crashes: a session whose last this-many owners all
             crashed without progress is sealed ``failed/poison_session``
             instead of being run again (``runtime/redelivery.py``;
@@ -103,6 +108,8 @@ class SessionRunner:
     prestart: bool = True
     sink: EventSink = field(default_factory=NullSink)
     poison_after_crashes: int = DEFAULT_POISON_AFTER_CRASHES
+    child_limits: ChildLimits = field(default_factory=ChildLimits)
+    publish: Callable[[OutboxRecord], None] | None = None
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.

@@ -24,6 +24,7 @@ from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
     "DEFAULT_TOOLS",
+    "AgentProfile",
     "JobSpec",
     "Limits",
     "SessionSpec",
@@ -83,6 +84,25 @@ class Limits(_Spec):
     stop_hook_timeout_s: float = Field(10.0, gt=0)
 
 
+class AgentProfile(_Spec):
+    """A child agent a job's ``Task`` tool may start (issue 13, DESIGN.md section 8).
+
+    A child's config snapshot is this profile plus the Task call's prompt
+    (:meth:`SessionSpec.child_spec`).
+
+    Attributes:
+        system_prompt / provider / tools / tool_choice / contract / limits:
+            as in :class:`SessionSpec`, for the child.
+    """
+
+    system_prompt: str | None = None
+    provider: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"})
+    tools: tuple[str, ...] = DEFAULT_TOOLS
+    tool_choice: ToolChoice = ToolChoice.AUTO
+    contract: CompletionContract = Field(default_factory=CompletionContract)
+    limits: Limits = Field(default_factory=Limits)
+
+
 class SessionSpec(_Spec):
     """Everything a worker needs to run one session, independent of any file.
 
@@ -99,6 +119,7 @@ class SessionSpec(_Spec):
         stop_hooks: ``module:function`` paths of stop hooks (see
             ``runtime/hooks.py``).
         channel: which user-visible events watchers see (``runtime/channel.py``).
+        agents: profiles the ``Task`` tool may start, by name (issue 13).
     """
 
     prompt: str
@@ -111,6 +132,29 @@ class SessionSpec(_Spec):
     limits: Limits = Field(default_factory=Limits)
     stop_hooks: tuple[str, ...] = ()
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
+    agents: dict[str, AgentProfile] = Field(default_factory=dict)
+
+    def child_spec(self, agent: str, prompt: str) -> SessionSpec:
+        """The config snapshot of a child started with ``agent``'s profile on ``prompt``.
+
+        The child inherits the profiles, so it may start children of its own
+        (the depth limit bounds the tree).
+
+        Raises:
+            KeyError: no such profile.
+        """
+        profile = self.agents[agent]
+        return SessionSpec(
+            prompt=prompt,
+            system_prompt=profile.system_prompt,
+            provider=profile.provider,
+            tools=profile.tools,
+            tool_choice=profile.tool_choice,
+            contract=profile.contract,
+            limits=profile.limits,
+            channel=self.channel,
+            agents=self.agents,
+        )
 
 
 class JobSpec(SessionSpec):

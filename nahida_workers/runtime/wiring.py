@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.errors import ConfigError
 from nahida_workers.lease.redis import RedisLeaseStore
@@ -210,6 +211,12 @@ def build_fleet(
     )
     dispatcher = Dispatcher(
         ledger, queue, clock, prompt_inline_max_bytes=settings.inline_prompt_max_bytes
+    )
+    runner.publish = dispatcher.publish  # child sessions and woken parents (section 8)
+    runner.child_limits = ChildLimits(
+        max_depth=settings.child_max_depth,
+        max_per_session=settings.child_max_per_session,
+        max_running_per_root=settings.child_max_running_per_root,
     )
     inbox = Inbox(
         ledger,

@@ -55,3 +55,23 @@ def test_offered_tools_pass() -> None:
     _validate(scripted_spec([artifact], tools=("Glob",), prompt="x" * 100_000), SETTINGS)
     with pytest.raises(ConfigError, match="ReadPromptArtifact"):
         _validate(scripted_spec([artifact], tools=("Glob",), prompt="short"), SETTINGS)
+
+
+def _task(agent: str) -> dict[str, Any]:
+    args = {"description": "d", "prompt": "p", "agent": agent}
+    return {"tool_calls": [{"id": "t", "name": "Task", "arguments": args}]}
+
+
+def test_task_jobs_check_agents_and_each_profile(tmp_path: Any) -> None:
+    leaf = {"tools": ["Read"], "provider": {"kind": "scripted", "script": {"turns": []}}}
+    ok = scripted_spec([_task("leaf"), {"text": "done"}], tools=("Task",), agents={"leaf": leaf})
+    _validate(ok, SETTINGS)
+    with pytest.raises(ConfigError, match=r"agents the job does not define: \['lefa'\]"):
+        _validate(
+            ok.model_copy(update={"provider": scripted_spec([_task("lefa")]).provider}), SETTINGS
+        )
+    with pytest.raises(ConfigError, match="names no agents"):
+        _validate(scripted_spec([_task("leaf")], tools=("Task",)), SETTINGS)
+    bad_leaf = {"tools": ["Raed"]}
+    with pytest.raises(ConfigError, match="Raed"):
+        _validate(scripted_spec([{"text": "x"}], tools=("Task",), agents={"l": bad_leaf}), SETTINGS)

@@ -1,0 +1,272 @@
+"""Child sessions on the runtime side: stable ids, spawn rows, views, completions.
+
+DESIGN.md section 8 (issue 13 part A).  A child's id is derived from its
+parent's run and the Task call (:func:`child_id`), so a parent killed
+anywhere between committing the call and parking can never start a second
+child for it: the spawn is an idempotent insert by that id, done in the
+transaction that commits the call (``CommitPoints.commit_turn``).  The loop
+learns what became of each child through :func:`child_views`, and a child's
+seal posts :func:`completion_message` to its parent's inbox.
+
+Part B (background children, resume, worktree isolation, cancel cascade)
+extends :func:`plan_spawn` and :class:`Spawner`; ``core/children.py`` refuses
+those modes with a clear error until then.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from nahida_workers.constants import RUN_SESSION
+from nahida_workers.core.children import TASK_TOOL, ChildView, TaskRequest, parse_task
+from nahida_workers.core.events import Event, EventType, SessionStatus, TerminalState
+from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
+from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.payloads import call_from_payload
+from nahida_workers.core.records import (
+    InboxKind,
+    InboxMessage,
+    OutboxRecord,
+    RunRecord,
+    SessionRecord,
+)
+from nahida_workers.ports import ChildLedger, Ledger
+from nahida_workers.runtime.spec import SessionSpec
+
+__all__ = [
+    "CHILD_NAMESPACE",
+    "Spawner",
+    "child_id",
+    "child_views",
+    "completion_message",
+    "wake_outbox",
+]
+
+#: The uuid5 namespace of child session ids (fixed: ids must be stable forever).
+CHILD_NAMESPACE = uuid.UUID("6f1d5c1e-9a43-5b7e-8a51-3c0de0c41d13")
+
+_REFUSALS = {
+    SpawnOutcome.REFUSED_DEPTH: "Task refused: the child would exceed the maximum depth ({})",
+    SpawnOutcome.REFUSED_COUNT: "Task refused: this session already started its maximum of "
+    "{} children",
+    SpawnOutcome.REFUSED_RUNNING: "Task refused: the session tree already runs its maximum of "
+    "{} unfinished children",
+}
+
+
+def child_id(parent_run_id: str, call_id: str) -> str:
+    """The child session id of a Task call: uuid5 of ``{parent_run_id}:{call_id}``, hex."""
+    return uuid.uuid5(CHILD_NAMESPACE, f"{parent_run_id}:{call_id}").hex
+
+
+def refusal_text(outcome: SpawnOutcome, limits: ChildLimits) -> str:
+    """The error the model sees for a refused spawn, naming the limit."""
+    bound = {
+        SpawnOutcome.REFUSED_DEPTH: limits.max_depth,
+        SpawnOutcome.REFUSED_COUNT: limits.max_per_session,
+        SpawnOutcome.REFUSED_RUNNING: limits.max_running_per_root,
+    }[outcome]
+    return _REFUSALS[outcome].format(bound)
+
+
+@dataclass
+class Spawner:
+    """Builds and writes the child rows of a parent's Task calls.
+
+    Args:
+        ledger / children: the ledger and its child port.
+        session: the parent's session row.
+        spec: the parent's spec (its ``agents`` profiles).
+        limits: the fleet's child limits (settings).
+
+    Attributes:
+        refused: call id -> the refusal text of a spawn the ledger refused
+            (kept for this owner; a later owner re-attempts the idempotent spawn).
+    """
+
+    ledger: Ledger[Any]
+    children: ChildLedger[Any]
+    session: SessionRecord
+    spec: SessionSpec
+    limits: ChildLimits
+
+    def __post_init__(self) -> None:
+        self.refused: dict[str, str] = {}
+        self._link: ChildLink | None = None
+
+    def link(self) -> ChildLink:
+        """The parent's own place in its tree (read once)."""
+        if self._link is None:
+            sid = self.session.session_id
+            self._link = self.children.link(sid) or ChildLink(sid, root_id=sid)
+        return self._link
+
+    def request(self, call: ToolCall) -> TaskRequest | str:
+        """The call's validated request, or the error the model sees."""
+        return parse_task(call, sorted(self.spec.agents))
+
+    def spawn(
+        self, tx: Any, run_id: str, events: Sequence[Event], now: datetime
+    ) -> list[OutboxRecord]:
+        """Write a child for every valid Task call among ``events``; outbox rows to publish."""
+        published: list[OutboxRecord] = []
+        for event in events:
+            if event.type is not EventType.TOOL_CALL or event.payload.get("name") != TASK_TOOL:
+                continue
+            call = call_from_payload(event.payload)
+            outbox = self.spawn_one(tx, run_id, call, now)
+            if outbox is not None:
+                published.append(outbox)
+        return published
+
+    def spawn_one(self, tx: Any, run_id: str, call: ToolCall, now: datetime) -> OutboxRecord | None:
+        """Write one call's child (idempotent); its outbox row when it was created now."""
+        request = self.request(call)
+        if isinstance(request, str):
+            return None
+        session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
+        outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
+        if outcome.refused:
+            self.refused[call.call_id] = refusal_text(outcome, self.limits)
+        else:
+            self.refused.pop(call.call_id, None)
+        return outbox if outcome is SpawnOutcome.CREATED else None
+
+    def _rows(
+        self, run_id: str, call_id: str, request: TaskRequest, now: datetime
+    ) -> tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord]:
+        parent = self.link()
+        cid = child_id(run_id, call_id)
+        child_spec = self.spec.child_spec(request.agent, request.prompt)
+        provider = str(child_spec.provider.get("name") or child_spec.provider.get("kind"))
+        session = SessionRecord(
+            session_id=cid,
+            parent_id=self.session.session_id,
+            batch_id=self.session.batch_id,
+            workspace=self.session.workspace,
+            status=SessionStatus.QUEUED,
+            config=child_spec.model_dump(mode="json"),
+            created_at=now,
+            updated_at=now,
+        )
+        ancestors = [*parent.lineage.get("ancestors", []), self.session.session_id]
+        link = ChildLink(
+            cid,
+            self.session.session_id,
+            parent.root_id or self.session.session_id,
+            parent.depth + 1,
+            {
+                "ancestors": ancestors,
+                "parent_run_id": run_id,
+                "call_id": call_id,
+                "agent": request.agent,
+                "description": request.description,
+            },
+        )
+        run = RunRecord(
+            run_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:run:1").hex,
+            session_id=cid,
+            provider=provider,
+            model=str(child_spec.provider.get("model") or provider),
+            completion_contract=child_spec.contract,
+            trace_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:trace").hex,
+            started_at=now,
+        )
+        prompt = Event(
+            run_id=run.run_id,
+            sequence=1,
+            type=EventType.USER_INPUT,
+            payload={"text": request.prompt, "source": "prompt", "message_id": None},
+            created_at=now,
+        )
+        outbox = OutboxRecord(
+            outbox_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:outbox").hex,
+            session_id=cid,
+            task_name=RUN_SESSION,
+            created_at=now,
+        )
+        return session, link, run, prompt, outbox
+
+
+def child_views(
+    ledger: Ledger[Any],
+    spawner: Spawner,
+    run_id: str,
+    calls: Sequence[ToolCall],
+    respawn: Callable[[ToolCall], str | None],
+) -> dict[str, ChildView]:
+    """What became of each Task call's child, for ``Signals.children``.
+
+    A valid call with no child row was refused by a limit when its turn
+    committed (possibly by an earlier owner): ``respawn`` re-attempts the
+    idempotent spawn and returns the refusal text, or None when it started.
+    """
+    views: dict[str, ChildView] = {}
+    for call in calls:
+        request = spawner.request(call)
+        if isinstance(request, str):
+            views[call.call_id] = ChildView(call.call_id, refused=request)
+            continue
+        cid = child_id(run_id, call.call_id)
+        session = ledger.get_session(cid)
+        if session is None:
+            refused = spawner.refused.get(call.call_id) or respawn(call)
+            session = ledger.get_session(cid) if refused is None else None
+            if session is None:
+                text = refused or "Task: the child session was not started"
+                views[call.call_id] = ChildView(call.call_id, refused=text)
+                continue
+        views[call.call_id] = _view_of(ledger, call.call_id, session)
+    return views
+
+
+def _view_of(ledger: Ledger[Any], call_id: str, session: SessionRecord) -> ChildView:
+    if session.status is not SessionStatus.DONE:
+        return ChildView(call_id, session_id=session.session_id)
+    runs = ledger.runs_of(session.session_id)
+    run = next((r for r in reversed(runs) if r.terminal_state is not None), None)
+    if run is None:  # closed with no sealed run: an honest failure, never a success
+        return ChildView(
+            call_id, session.session_id, state=TerminalState.FAILED, reason="no_run_sealed"
+        )
+    final = next(
+        (e for e in reversed(ledger.events(run.run_id)) if e.type is EventType.TERMINAL), None
+    )
+    return ChildView(
+        call_id,
+        session.session_id,
+        state=run.terminal_state,
+        reason=run.terminal_reason.value if run.terminal_reason else None,
+        final_text=str(final.payload.get("final_text", "")) if final else "",
+        run_id=run.run_id,
+    )
+
+
+def completion_message(
+    parent_id: str, child: str, run_id: str, state: TerminalState, reason: str, at: datetime
+) -> InboxMessage:
+    """A child's completion for its parent's inbox; its id is derived from the child id."""
+    text = f"child session {child} ended {state.value}/{reason} (run {run_id})"
+    return InboxMessage(
+        message_id=f"child-done:{child}",
+        session_id=parent_id,
+        kind=InboxKind.BACKGROUND,
+        text=text,
+        size_bytes=len(text.encode()),
+        next_turn=False,
+        created_at=at,
+    )
+
+
+def wake_outbox(parent_id: str, child: str, at: datetime) -> OutboxRecord:
+    """The outbox row that re-dispatches a parent a child's completion woke."""
+    return OutboxRecord(
+        outbox_id=uuid.uuid5(CHILD_NAMESPACE, f"{child}:wake:{parent_id}").hex,
+        session_id=parent_id,
+        task_name=RUN_SESSION,
+        created_at=at,
+    )
