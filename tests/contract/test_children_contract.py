@@ -43,7 +43,7 @@ def child_rows(parent: str, cid: str, *, depth: int = 1, root: str | None = None
 def spawn(w: World, cid: str, limits: ChildLimits = LIMITS, **kw: Any) -> SpawnOutcome:
     children = child_ledger(w.ledger)
     with w.ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
-        w.ledger.append_events(tx, [tool_call(w.run_id, 2, "c-" + cid)])
+        w.ledger.append(tx, [tool_call(w.run_id, 2, "c-" + cid)])
         return children.spawn_child(tx, *child_rows(w.session_id, cid, **kw), limits)
 
 
