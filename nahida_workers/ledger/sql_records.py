@@ -7,7 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    DateTime,
     Engine,
+    bindparam,
     func,
     insert,
     select,
@@ -28,6 +30,7 @@ from nahida_workers.errors import (
     EventAfterTerminalError,
     NotFoundError,
 )
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.pg_commit import open_session_pg
 from nahida_workers.ledger.rules import (
@@ -43,6 +46,31 @@ from nahida_workers.ports import Fence
 
 __all__ = ["RecordWrites"]
 
+_ob, _s = t.dispatch_outbox.c, t.sessions.c
+_MARK_PUBLISHED = (
+    update(t.dispatch_outbox)
+    .where(_ob.outbox_id == bindparam("b_outbox_id", ""))
+    .values(
+        published_at=bindparam("b_at", None, type_=DateTime(timezone=True)),
+        attempts=_ob.attempts + 1,
+    )
+)
+_BUMP_EPOCH = (
+    update(t.sessions)
+    .where(_s.session_id == bindparam("b_session_id", ""))
+    .values(
+        lease_epoch=_s.lease_epoch + 1,
+        status=SessionStatus.RUNNING.value,
+        updated_at=bindparam("b_at", None, type_=DateTime(timezone=True)),
+        crash_streak=crash_streak_after(),
+        open_epoch=_s.lease_epoch + 1,
+    )
+    .returning(_s.lease_epoch)
+)
+#: The same statements compiled once for the raw PostgreSQL path (``pg_raw.py``).
+_MARK_PUBLISHED_PG = pg_raw.Fixed(_MARK_PUBLISHED.returning(_ob.outbox_id))
+_BUMP_EPOCH_PG = pg_raw.Fixed(_BUMP_EPOCH)
+
 
 class RecordWrites:
     """Row writes of :class:`~nahida_workers.ledger.sql.SqlLedger` (a mixin)."""
@@ -57,6 +85,9 @@ class RecordWrites:
         raise NotImplementedError
 
     def _single_statement(self) -> Any:
+        raise NotImplementedError
+
+    def _raw(self, fixed: pg_raw.Fixed, **values: Any) -> list[Any]:
         raise NotImplementedError
 
     def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
@@ -198,13 +229,11 @@ class RecordWrites:
 
     def mark_published(self, outbox_id: str, *, at: datetime) -> None:
         """Mark an outbox row published and count the attempt (one statement, its own commit)."""
-        ob = t.dispatch_outbox.c
+        if self._pg:
+            self._raw(_MARK_PUBLISHED_PG, b_outbox_id=outbox_id, b_at=at)
+            return
         with self._single_statement() as conn:
-            conn.execute(
-                update(t.dispatch_outbox)
-                .where(ob.outbox_id == outbox_id)
-                .values(published_at=at, attempts=ob.attempts + 1)
-            )
+            conn.execute(_MARK_PUBLISHED, {"b_outbox_id": outbox_id, "b_at": at})
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """Increment the fencing epoch in its own commit (one statement); status → running.
@@ -213,19 +242,12 @@ class RecordWrites:
         previous owner, if still open, counts as a crashed delivery unless it
         made progress, and the new owner is open.
         """
-        with self._single_statement() as conn:
-            row = conn.execute(
-                update(t.sessions)
-                .where(t.sessions.c.session_id == session_id)
-                .values(
-                    lease_epoch=t.sessions.c.lease_epoch + 1,
-                    status=SessionStatus.RUNNING.value,
-                    updated_at=at,
-                    crash_streak=crash_streak_after(),
-                    open_epoch=t.sessions.c.lease_epoch + 1,
-                )
-                .returning(t.sessions.c.lease_epoch)
-            ).first()
+        if self._pg:
+            rows = self._raw(_BUMP_EPOCH_PG, b_session_id=session_id, b_at=at)
+            row = rows[0] if rows else None
+        else:
+            with self._single_statement() as conn:
+                row = conn.execute(_BUMP_EPOCH, {"b_session_id": session_id, "b_at": at}).first()
         if row is None:
             raise NotFoundError(f"no session {session_id}")
         return int(row[0])
@@ -266,7 +288,7 @@ class RecordWrites:
             return stored, created
         with self._single_statement() as conn:
             created = open_session_pg(
-                conn,
+                pg_raw.runner(conn),
                 {
                     "session_id": session.session_id,
                     "parent_id": session.parent_id,
