@@ -26,6 +26,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "read",
     "runner",
 ]
+
+_CURSORS = "nahida_pg_raw_cursors"
 
 #: Runs one fixed statement (``%(name)s`` placeholders) and returns its rows.
 Runner = Callable[[str, Mapping[str, Any]], list[tuple[Any, ...]]]
@@ -117,7 +120,7 @@ class Fixed:
 
 
 def execute(
-    conn: psycopg.Connection[Any],
+    pooled: PoolProxiedConnection,
     sql: str,
     params: Mapping[str, Any] | Sequence[Any],
     *,
@@ -125,16 +128,24 @@ def execute(
 ) -> list[Any]:
     """Run one fixed statement that returns rows, prepared on the server; its rows.
 
+    The cursors live in the pooled connection's ``info`` (one for tuple rows,
+    one for named rows), reused from statement to statement: a new cursor
+    copies the connection's adapters.
+
     Args:
+        pooled: a checked-out pooled connection (its driver connection is psycopg's).
         named: rows as named tuples (attribute access, like SQLAlchemy rows).
 
     Raises:
         psycopg.Error: as the driver raised it (callers wrap it).
     """
-    cur = conn.cursor(row_factory=namedtuple_row) if named else conn.cursor()
-    with cur:
-        cur.execute(sql, params, prepare=True)  # type: ignore[arg-type]
-        return cur.fetchall()
+    pg: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+    pair = pooled.info.get(_CURSORS)
+    if pair is None or pair[0].connection is not pg:
+        pair = pooled.info[_CURSORS] = (pg.cursor(), pg.cursor(row_factory=namedtuple_row))
+    cur = pair[1] if named else pair[0]
+    cur.execute(sql, params, prepare=True)
+    return cur.fetchall()
 
 
 def read(engine: Engine, fixed: Fixed, **values: Any) -> list[Any]:
@@ -144,8 +155,8 @@ def read(engine: Engine, fixed: Fixed, **values: Any) -> list[Any]:
         sqlalchemy.exc.DBAPIError: (its subclasses) for a psycopg error.
     """
     params = fixed.params(**values)
-    with _checkout(engine) as pg:
-        return execute(pg, fixed.sql, params, named=True)
+    with _checkout(engine) as pooled:
+        return execute(pooled, fixed.sql, params, named=True)
 
 
 @contextmanager
@@ -158,12 +169,12 @@ def autocommit(engine: Engine) -> Iterator[Runner]:
     Raises:
         sqlalchemy.exc.DBAPIError: (its subclasses) for any psycopg error of the block.
     """
-    with _checkout(engine) as pg:
-        yield lambda sql, params: execute(pg, sql, params)
+    with _checkout(engine) as pooled:
+        yield lambda sql, params: execute(pooled, sql, params)
 
 
 @contextmanager
-def _checkout(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
+def _checkout(engine: Engine) -> Iterator[PoolProxiedConnection]:
     try:
         raw = engine.raw_connection()
     except psycopg.Error as exc:  # the server is unreachable
@@ -171,7 +182,7 @@ def _checkout(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
     pg: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
     try:
         pg.autocommit = True
-        yield pg
+        yield raw
     except psycopg.Error as exc:
         if pg.closed or pg.broken:
             raw.invalidate(exc)
@@ -199,9 +210,10 @@ def in_transaction(
         sqlalchemy.exc.DBAPIError: (its subclasses) for a psycopg error; a
             dropped connection is invalidated.
     """
-    pg: psycopg.Connection[Any] = conn.connection.driver_connection  # type: ignore[assignment]
+    pooled = conn.connection
+    pg: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
     try:
-        return execute(pg, sql, params)
+        return execute(pooled, sql, params)
     except psycopg.Error as exc:
         if pg.closed or pg.broken:
             conn.invalidate(exc)

@@ -194,6 +194,19 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
             raise
 
     @contextmanager
+    def _single_statement_raw(self) -> Iterator[pg_raw.Runner]:
+        """A runner for fixed statements that are each their own commit (PostgreSQL).
+
+        Errors are mapped as in :meth:`transaction`.
+        """
+        try:
+            with pg_raw.autocommit(self.engine) as run:
+                yield run
+        except BaseException as exc:
+            _raise_mapped(exc)
+            raise
+
+    @contextmanager
     def _single_statement(self) -> Iterator[Connection]:
         """A connection for a write that is ONE statement.
 
@@ -455,18 +468,10 @@ class SqlLedger(Reads, RecordWrites, InboxOps, OwnerOps):
     def _seal_in_one_statement(
         self, tx: SqlTx, fence: Fence, event: Event, terminal: dict[str, Any]
     ) -> None:
-        try:
-            with pg_raw.autocommit(self.engine) as run:
-                sealed = seal_pg(
-                    run,
-                    fence.session_id,
-                    fence.epoch,
-                    terminal,
-                    [self._event_row(event, fence.epoch)],
-                )
-        except BaseException as exc:
-            _raise_mapped(exc)
-            raise
+        with self._single_statement_raw() as run:
+            sealed = seal_pg(
+                run, fence.session_id, fence.epoch, terminal, [self._event_row(event, fence.epoch)]
+            )
         if sealed is None:
             raise NotFoundError(f"no session {fence.session_id}")
         check_epoch(fence.session_id, fence.epoch, sealed.epoch)

@@ -13,18 +13,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import check_inbox, storable
 from nahida_workers.ledger.sql_base import ReadScope, SqlTx, utc
 from nahida_workers.ports import Fence
 
 __all__ = ["InboxOps", "inbox_row"]
+
+_ib = t.session_inbox.c
+#: The runtime's read of one status (pending, at every provider boundary), compiled
+#: once for the raw PostgreSQL path (``pg_raw.py``).
+_INBOX_OF_STATUS_PG = pg_raw.Fixed(
+    select(t.session_inbox)
+    .where(_ib.session_id == bindparam("session_id", ""), _ib.status == bindparam("status", ""))
+    .order_by(_ib.created_at, _ib.message_id)
+)
 
 
 def inbox_row(row: Any) -> InboxMessage:
@@ -51,6 +61,9 @@ class InboxOps:
     _pg: bool
 
     def _require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:
+        raise NotImplementedError
+
+    def _raw(self, fixed: pg_raw.Fixed, **values: Any) -> list[Any]:
         raise NotImplementedError
 
     def enqueue_inbox(
@@ -138,6 +151,9 @@ class InboxOps:
         self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
     ) -> list[InboxMessage]:
         """A session's inbox messages, oldest first."""
+        if self._pg and statuses is not None and len(statuses) == 1:
+            rows = self._raw(_INBOX_OF_STATUS_PG, session_id=session_id, status=statuses[0].value)
+            return [inbox_row(r) for r in rows]
         ib = t.session_inbox.c
         query = (
             select(t.session_inbox)

@@ -90,6 +90,9 @@ class RecordWrites:
     def _raw(self, fixed: pg_raw.Fixed, **values: Any) -> list[Any]:
         raise NotImplementedError
 
+    def _single_statement_raw(self) -> Any:
+        raise NotImplementedError
+
     def create_batch(self, tx: SqlTx, batch: BatchRecord) -> None:
         """Insert a batch row."""
         batch = storable(batch)
@@ -286,9 +289,9 @@ class RecordWrites:
                     self.append_events(tx, events)  # type: ignore[attr-defined]
                     self.add_outbox(tx, outbox)
             return stored, created
-        with self._single_statement() as conn:
+        with self._single_statement_raw() as run_statement:
             created = open_session_pg(
-                pg_raw.runner(conn),
+                run_statement,
                 {
                     "session_id": session.session_id,
                     "parent_id": session.parent_id,
@@ -310,8 +313,9 @@ class RecordWrites:
                 [self._event_row(e, 0) for e in events],  # type: ignore[attr-defined]
                 {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
             )
-            if created:
-                return session, True
+        if created:
+            return session, True
+        with self._single_statement() as conn:
             existing = conn.execute(
                 select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
             ).one()
