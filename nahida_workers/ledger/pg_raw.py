@@ -11,6 +11,9 @@ Errors keep their SQLAlchemy shape: a psycopg error is wrapped with
 :meth:`sqlalchemy.exc.DBAPIError.instance`, so the ledger maps it to its
 typed errors exactly as before (``sql_base.integrity`` / ``database_error``),
 and a connection the server dropped is invalidated in the pool.
+
+psycopg and orjson are imported on first use: the SQLite-only CLI
+(``nahida status --local``) never loads the driver (issue 15 item 5).
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = [
     "Fixed",
@@ -60,10 +63,18 @@ def dumps(value: Any) -> str:
     old encoder accepted is still accepted.  Both give the same JSON value,
     and ``jsonb`` stores values, not text.  Datetimes become ISO 8601.
     """
+    import orjson
+
     try:
         return orjson.dumps(value, default=_default).decode()
     except (orjson.JSONEncodeError, TypeError):
         return json.dumps(value, default=_default)
+
+
+def _driver_error() -> type[psycopg.Error]:
+    import psycopg
+
+    return psycopg.Error
 
 
 def _wrapped(exc: psycopg.Error, sql: str, engine_or_conn: Any) -> BaseException:
@@ -71,7 +82,7 @@ def _wrapped(exc: psycopg.Error, sql: str, engine_or_conn: Any) -> BaseException
         sql,
         None,
         exc,
-        psycopg.Error,
+        _driver_error(),
         hide_parameters=True,
         dialect=engine_or_conn.dialect,
     )
@@ -142,6 +153,8 @@ def execute(
     pg: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
     pair = pooled.info.get(_CURSORS)
     if pair is None or pair[0].connection is not pg:
+        from psycopg.rows import namedtuple_row
+
         pair = pooled.info[_CURSORS] = (pg.cursor(), pg.cursor(row_factory=namedtuple_row))
     cur = pair[1] if named else pair[0]
     cur.execute(sql, params, prepare=True)
@@ -175,15 +188,16 @@ def autocommit(engine: Engine) -> Iterator[Runner]:
 
 @contextmanager
 def _checkout(engine: Engine) -> Iterator[PoolProxiedConnection]:
+    driver_error = _driver_error()
     try:
         raw = engine.raw_connection()
-    except psycopg.Error as exc:  # the server is unreachable
+    except driver_error as exc:  # the server is unreachable
         raise _wrapped(exc, "", engine) from exc
     pg: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
     try:
         pg.autocommit = True
         yield raw
-    except psycopg.Error as exc:
+    except driver_error as exc:
         if pg.closed or pg.broken:
             raw.invalidate(exc)
         raise _wrapped(exc, "", engine) from exc
@@ -191,7 +205,7 @@ def _checkout(engine: Engine) -> Iterator[PoolProxiedConnection]:
         if not pg.closed and not pg.broken:
             try:
                 pg.autocommit = False  # the pool hands out transactional connections
-            except psycopg.Error as exc:
+            except driver_error as exc:
                 raw.invalidate(exc)
         raw.close()
 
@@ -214,7 +228,7 @@ def in_transaction(
     pg: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
     try:
         return execute(pooled, sql, params)
-    except psycopg.Error as exc:
+    except _driver_error() as exc:
         if pg.closed or pg.broken:
             conn.invalidate(exc)
         raise _wrapped(exc, sql, conn) from exc
