@@ -36,7 +36,7 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from bench.common import median_ms, scratch_database, timed
+from bench.common import median_ms, scratch_database
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import call_payload, result_payload
@@ -342,64 +342,60 @@ def _mark(met: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=40)
-    parser.add_argument("--quick", action="store_true", help="5 sessions, 3 per LangGraph shape")
+    parser.add_argument("--quick", action="store_true", help="5 sessions of each")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/9")
     parser.add_argument("--skip-langgraph", action="store_true")
     args = parser.parse_args(argv)
     sessions = 5 if args.quick else args.sessions
-    graph_sessions = 3 if args.quick else max(10, sessions // 2)
     warm = 1 if args.quick else 3
     with scratch_database("nahida_bench_loop") as (url, dsn):
         import tempfile
 
         ours = Ours(url, args.redis, Path(tempfile.mkdtemp()))
         base = MinimalBaseline(dsn)
+        contenders: dict[str, Any] = {"ours": ours.session, "base": base.session}
+        if not args.skip_langgraph:
+            graph_session = langgraph_session_factory(dsn)
+            agent_session = langgraph_agent_session_factory(dsn)
+            if graph_session is not None and agent_session is not None:
+                contenders |= {"graph": graph_session, "agent": agent_session}
+        samples: dict[str, list[float]] = {name: [] for name in contenders}
+        last: dict[str, Any] = {}
         for _ in range(warm):  # warm up connections, caches, prepared statements
-            ours.session()
-            base.session()
-        ours_s, base_s = [], []
-        last_ours, last_base = "", ""
-        for _ in range(sessions):  # interleaved so drift hits both alike
-            start = time.perf_counter()
-            last_ours = ours.session()
-            ours_s.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            last_base = base.session()
-            base_s.append(time.perf_counter() - start)
-        ours_ms, base_ms = median_ms(ours_s), median_ms(base_s)
-        ours_rows, base_rows = ours.rows(last_ours), base.rows(last_base)
+            for run in contenders.values():
+                run()
+        # Interleaved, one session of each per round: a load change on this
+        # shared machine hits every contender alike.
+        for _ in range(sessions):
+            for name, run in contenders.items():
+                start = time.perf_counter()
+                last[name] = run()
+                samples[name].append(time.perf_counter() - start)
+        ms = {name: median_ms(values) for name, values in samples.items()}
+        ours_rows, base_rows = ours.rows(last["ours"]), base.rows(last["base"])
         print(
             f"workload: {TURNS} turns x {CALLS} tool calls per session, "
-            f"{sessions} sessions, PostgreSQL + Redis on this machine"
+            f"{sessions} sessions of each, interleaved, PostgreSQL + Redis on this machine"
         )
-        print(f"minimal durable baseline (plain psycopg): {base_ms:.2f} ms/session")
-        print(f"nahida-workers loop:                      {ours_ms:.2f} ms/session")
-        ratio = ours_ms / base_ms
+        print(f"minimal durable baseline (plain psycopg): {ms['base']:.2f} ms/session")
+        print(f"nahida-workers loop:                      {ms['ours']:.2f} ms/session")
+        ratio = ms["ours"] / ms["base"]
         print(f"ratio vs baseline: {ratio:.2f} (target <= 1.5: {_mark(ratio <= 1.5)})")
         print(f"rows per session (state, events, receipts): ours {ours_rows}, baseline {base_rows}")
         same = ours_rows == base_rows and ours_rows[0] == "completed"
         print(f"same rows, session completed: {'yes' if same else 'NO'}")
         if not same:
             return 1
-        if args.skip_langgraph:
+        if "graph" not in ms:
+            if not args.skip_langgraph:
+                print("langgraph: not installed (pip install -e '.[bench]'); skipped")
             return 0
-        graph_session = langgraph_session_factory(dsn)
-        if graph_session is None:
-            print("langgraph: not installed (pip install -e '.[bench]'); skipped")
-            return 0
-        for _ in range(warm):
-            graph_session()
-        lg_ms = median_ms(timed(graph_session, graph_sessions))
-        agent_session = langgraph_agent_session_factory(dsn)
-        for _ in range(warm):
-            agent_session()
-        agent_ms = median_ms(timed(agent_session, graph_sessions))
-        print(f"LangGraph + PostgresSaver, dict state:    {lg_ms:.2f} ms/session")
-        print(f"LangGraph + PostgresSaver, MessagesState + ToolNode: {agent_ms:.2f} ms/session")
-        speedup = lg_ms / ours_ms
+        print(f"LangGraph + PostgresSaver, dict state:    {ms['graph']:.2f} ms/session")
+        print(f"LangGraph + PostgresSaver, MessagesState + ToolNode: {ms['agent']:.2f} ms/session")
+        speedup = ms["graph"] / ms["ours"]
         print(
             f"speed-up vs LangGraph: {speedup:.1f}x (dict state; target >= 2x: "
-            f"{_mark(speedup >= 2.0)}), {agent_ms / ours_ms:.1f}x (MessagesState + ToolNode)"
+            f"{_mark(speedup >= 2.0)}), {ms['agent'] / ms['ours']:.1f}x (MessagesState + ToolNode)"
         )
     return 0
 
