@@ -106,8 +106,9 @@ class Fixed:
         if self._compiled is None:
             from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
+            dialect = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
             compiled = self._statement.compile(
-                dialect=psycopg_dialect.dialect(), compile_kwargs={"render_postcompile": True}
+                dialect=dialect, compile_kwargs={"render_postcompile": True}
             )
             self._compiled = (compiled.string, dict(compiled.params))
         return self._compiled
