@@ -24,7 +24,6 @@ also masked wherever the ledger stores text (:func:`redact_known`).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
@@ -218,6 +217,8 @@ def _wipe_original_block(keep: Mapping[str, str]) -> None:
         return
     if not 0 < start < end or end - start > 1 << 24:
         return
+    import ctypes  # here: the CLI imports this module and never wipes (start-up, issue 15)
+
     os.environ.clear()  # unsetenv every name: nothing points into the old block any more
     for name, value in keep.items():
         os.environ[name] = value  # setenv copies name and value

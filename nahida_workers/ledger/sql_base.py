@@ -53,6 +53,7 @@ __all__ = [
     "SqlTx",
     "batch_row",
     "check_epoch",
+    "conflict_insert",
     "database_error",
     "integrity",
     "make_engine",
@@ -101,6 +102,22 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
     # the caller sees LedgerUnavailableError (retryable); the next checkout
     # connects afresh.
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
+
+
+def conflict_insert(pg: bool) -> Any:
+    """The dialect's ``insert`` construct (the one with ``on_conflict_do_nothing``).
+
+    Imported on first use: ``sqlalchemy.dialects.postgresql`` loads every
+    PostgreSQL driver module, which a process on SQLite (``nahida status
+    --local``) never needs (issue 15 item 5).
+    """
+    if pg:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
 
 
 def utc(value: datetime | None) -> datetime | None:

@@ -14,15 +14,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import check_inbox, storable
-from nahida_workers.ledger.sql_base import ReadScope, SqlTx, utc
+from nahida_workers.ledger.sql_base import ReadScope, SqlTx, conflict_insert, utc
 from nahida_workers.ports import Fence
 
 __all__ = ["InboxOps", "inbox_row"]
@@ -95,7 +93,7 @@ class InboxOps:
             )
         ).all()
         check_inbox([(k, n) for k, n in pending], message.kind.value, message.size_bytes, limits)
-        insert = pg_insert if self._pg else sqlite_insert
+        insert = conflict_insert(self._pg)
         tx.conn.execute(
             insert(t.session_inbox)
             .values(

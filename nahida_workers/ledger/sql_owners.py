@@ -21,11 +21,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, and_, bindparam, case, exists, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
+from nahida_workers.ledger.sql_base import conflict_insert
 
 __all__ = ["OwnerOps", "crash_streak_after", "progressed_at"]
 
@@ -111,7 +110,7 @@ class OwnerOps:
         """Store ``data`` whole (once); returns its sha256 hex, the artifact's address."""
         digest = hashlib.sha256(data).hexdigest()
         values = {"sha256": digest, "size_bytes": len(data), "content": data, "created_at": at}
-        dialect_insert = pg_insert if self._pg else sqlite_insert
+        dialect_insert = conflict_insert(self._pg)
         with self._single_statement() as conn:
             conn.execute(
                 dialect_insert(t.prompt_artifacts)

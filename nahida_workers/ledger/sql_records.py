@@ -15,8 +15,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.core.events import (
     Event,
@@ -39,6 +37,7 @@ from nahida_workers.ledger.rules import (
 )
 from nahida_workers.ledger.sql_base import (
     SqlTx,
+    conflict_insert,
     session_row,
 )
 from nahida_workers.ledger.sql_owners import crash_streak_after
@@ -129,7 +128,7 @@ class RecordWrites:
             tx.conn.execute(insert(t.sessions).values(**values))
             self._created(tx, session)
             return session, True
-        dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
+        dialect_insert = conflict_insert(tx.conn.dialect.name == "postgresql")
         # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
         inserted = tx.conn.execute(
             dialect_insert(t.sessions)
