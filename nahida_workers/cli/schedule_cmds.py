@@ -11,8 +11,6 @@ service is unreachable); ``--json`` prints machine-readable output; ids are
 printed whole and a name or a unique id prefix is accepted back.
 """
 
-from __future__ import annotations
-
 import json
 import sys
 import time
@@ -73,7 +71,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 NameArg = Annotated[str, typer.Argument(help="Schedule name (or a unique prefix of its id).")]
 
 
-def _settings(local: bool, db: Path) -> Settings:
+def _settings(local: bool, db: Path) -> "Settings":
     from nahida_workers.settings import load_settings
 
     if local:
@@ -84,7 +82,7 @@ def _settings(local: bool, db: Path) -> Settings:
     return load_settings()
 
 
-def _store(settings: Settings) -> SqlScheduleStore:
+def _store(settings: "Settings") -> "SqlScheduleStore":
     from nahida_workers.ledger.migrate import upgrade
     from nahida_workers.ledger.sql import make_engine
     from nahida_workers.schedules.sql import SqlScheduleStore
@@ -94,7 +92,7 @@ def _store(settings: Settings) -> SqlScheduleStore:
     return SqlScheduleStore(engine)
 
 
-def _find(store: SqlScheduleStore, ref: str) -> Schedule:
+def _find(store: "SqlScheduleStore", ref: str) -> "Schedule":
     from nahida_workers.errors import NotFoundError, UserError
 
     found = store.get(ref)
@@ -108,7 +106,7 @@ def _find(store: SqlScheduleStore, ref: str) -> Schedule:
     raise NotFoundError(f"no schedule {ref}")
 
 
-def _scheduler(settings: Settings) -> tuple[Scheduler, Any]:
+def _scheduler(settings: "Settings") -> tuple["Scheduler", Any]:
     """A scheduler over a fleet publishing through a Celery app of ``settings``; and the app."""
     from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.runtime.wiring import build_fleet
@@ -119,7 +117,7 @@ def _scheduler(settings: Settings) -> tuple[Scheduler, Any]:
     return build_scheduler(fleet), celery_app
 
 
-def _next(schedule: Schedule, now: datetime) -> datetime | None:
+def _next(schedule: "Schedule", now: datetime) -> datetime | None:
     from nahida_workers.schedules.timing import jitter_offset, next_fire
 
     if schedule.paused:
@@ -128,13 +126,15 @@ def _next(schedule: Schedule, now: datetime) -> datetime | None:
     return fire + jitter_offset(schedule.schedule_id, fire, schedule.definition.jitter_s)
 
 
-def _fire_json(fire: FireRecord) -> dict[str, Any]:
+def _fire_json(fire: "FireRecord") -> dict[str, Any]:
     data = fire.model_dump(mode="json")
     data["fire_time"] = iso(fire.fire_time)
     return data
 
 
-def _schedule_json(schedule: Schedule, fires: list[FireRecord], now: datetime) -> dict[str, Any]:
+def _schedule_json(
+    schedule: "Schedule", fires: "list[FireRecord]", now: datetime
+) -> dict[str, Any]:
     upcoming = _next(schedule, now)
     last = fires[0] if fires else None
     return {
@@ -373,7 +373,7 @@ def trigger(
     )
 
 
-def _wait_batch(scheduler: Scheduler, batch_id: str, timeout_s: float) -> None:
+def _wait_batch(scheduler: "Scheduler", batch_id: str, timeout_s: float) -> None:
     from nahida_workers.core.events import SessionStatus
 
     deadline = time.monotonic() + timeout_s
@@ -413,7 +413,7 @@ def run(
         _tick_loop(scheduler, settings.schedule_tick_s, seconds)
 
 
-def _tick_loop(scheduler: Scheduler, every_s: float, seconds: float | None) -> None:
+def _tick_loop(scheduler: "Scheduler", every_s: float, seconds: float | None) -> None:
     from nahida_workers.schedules.model import FireOutcome
 
     deadline = None if seconds is None else time.monotonic() + seconds

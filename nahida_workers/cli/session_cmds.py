@@ -1,7 +1,5 @@
 """Commands about one session: ``watch`` (and, with the inbox, ``steer`` and ``cancel``)."""
 
-from __future__ import annotations
-
 import json
 import sys
 import time

@@ -23,14 +23,11 @@ backstop for anything that slips past.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
+from nahida_workers.ledger.pg_raw import Runner, dumps
 from nahida_workers.ledger.rules import RunFacts
 
 __all__ = [
@@ -43,33 +40,31 @@ __all__ = [
     "seal_pg",
 ]
 
-_LOCK_AND_PREFETCH = text(
-    """
+_LOCK_AND_PREFETCH = """
 WITH lock AS MATERIALIZED (
     SELECT lease_epoch, cancel_requested_at FROM sessions
-    WHERE session_id = :session_id FOR UPDATE
+    WHERE session_id = %(session_id)s FOR UPDATE
 )
 SELECT 'lock' AS k, lease_epoch AS n,
        CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END AS flag, NULL::text AS cid
 FROM lock
 UNION ALL
 SELECT 'inbox', count(*), 0, NULL FROM session_inbox
-WHERE session_id = :session_id AND status = 'pending' AND next_turn
+WHERE session_id = %(session_id)s AND status = 'pending' AND next_turn
 UNION ALL
-SELECT 'max', max(sequence), 0, NULL FROM agent_run_events WHERE run_id = :run_id
+SELECT 'max', max(sequence), 0, NULL FROM agent_run_events WHERE run_id = %(run_id)s
 UNION ALL
 SELECT 'term', sequence, 0, NULL FROM agent_run_events
-WHERE run_id = :run_id AND event_type = 'terminal'
+WHERE run_id = %(run_id)s AND event_type = 'terminal'
 UNION ALL
 SELECT 'call', NULL, sum(u.bit), u.call_id FROM (
     SELECT call_id, CASE event_type WHEN 'tool_call' THEN 4 ELSE 1 END AS bit
     FROM agent_run_events
-    WHERE run_id = :run_id AND event_type IN ('tool_call', 'tool_result')
+    WHERE run_id = %(run_id)s AND event_type IN ('tool_call', 'tool_result')
     UNION ALL
-    SELECT call_id, 2 FROM agent_execution_receipts WHERE run_id = :run_id
+    SELECT call_id, 2 FROM agent_execution_receipts WHERE run_id = %(run_id)s
 ) u GROUP BY u.call_id HAVING sum(u.bit) <> 7
 """
-)
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,7 @@ class Locked:
     pending_inbox: int = 0
 
 
-def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked | None:
+def lock_and_prefetch(run: Runner, session_id: str, run_id: str) -> Locked | None:
     """Lock the session row and prefetch the run's open facts (PostgreSQL only).
 
     Returns:
@@ -94,7 +89,7 @@ def lock_and_prefetch(conn: Connection, session_id: str, run_id: str) -> Locked 
     cancel = False
     pending = 0
     facts = RunFacts(partial=True)
-    for kind, number, flag, call_id in conn.execute(
+    for kind, number, flag, call_id in run(
         _LOCK_AND_PREFETCH, {"session_id": session_id, "run_id": run_id}
     ):
         if kind == "lock":
@@ -128,35 +123,33 @@ _RECEIPT_COLUMNS = (
 _INSERT_EVENTS = (
     "INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, "
     "epoch, created_at) SELECT run_id, sequence, event_type, call_id, payload_json, epoch, "
-    f"created_at FROM jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})"
+    f"created_at FROM jsonb_to_recordset(CAST(%(events)s AS jsonb)) AS e({_EVENT_COLUMNS})"
 )
 _INSERT_RECEIPTS = (
     "INSERT INTO agent_execution_receipts (run_id, call_id, tool_name, status, "
     "input_fingerprint, evidence_json, evidence_kind, verification_status, idempotency_key, "
     "epoch, started_at, finished_at) SELECT run_id, call_id, tool_name, status, "
     "input_fingerprint, evidence_json, evidence_kind, verification_status, idempotency_key, "
-    "epoch, started_at, finished_at FROM jsonb_to_recordset(CAST(:receipts AS jsonb)) "
+    "epoch, started_at, finished_at FROM jsonb_to_recordset(CAST(%(receipts)s AS jsonb)) "
     f"AS r({_RECEIPT_COLUMNS})"
 )
-_FENCED_INSERT = text(
-    f"""
+_FENCED_INSERT = f"""
 WITH lock AS MATERIALIZED (
     SELECT lease_epoch, cancel_requested_at FROM sessions
-    WHERE session_id = :session_id FOR UPDATE
+    WHERE session_id = %(session_id)s FOR UPDATE
 ),
 written_events AS (
-    {_INSERT_EVENTS} WHERE (SELECT lease_epoch FROM lock) = :epoch RETURNING 1
+    {_INSERT_EVENTS} WHERE (SELECT lease_epoch FROM lock) = %(epoch)s RETURNING 1
 ),
 written_receipts AS (
-    {_INSERT_RECEIPTS} WHERE (SELECT lease_epoch FROM lock) = :epoch RETURNING 1
+    {_INSERT_RECEIPTS} WHERE (SELECT lease_epoch FROM lock) = %(epoch)s RETURNING 1
 )
 SELECT lease_epoch, CASE WHEN cancel_requested_at IS NULL THEN 0 ELSE 1 END,
        (SELECT count(*) FROM written_events), (SELECT count(*) FROM written_receipts),
        (SELECT count(*) FROM session_inbox
-        WHERE session_id = :session_id AND status = 'pending' AND next_turn)
+        WHERE session_id = %(session_id)s AND status = 'pending' AND next_turn)
 FROM lock
 """
-)
 
 
 @dataclass(frozen=True)
@@ -170,14 +163,8 @@ class Fenced:
     pending_inbox: int = 0
 
 
-def _json_default(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
 def fenced_insert(
-    conn: Connection,
+    run: Runner,
     session_id: str,
     epoch: int,
     events: Sequence[dict[str, Any]],
@@ -190,36 +177,36 @@ def fenced_insert(
         flag seen under the lock and the number of rows written (zero when the
         epoch was stale).
     """
-    row = conn.execute(
+    rows = run(
         _FENCED_INSERT,
         {
             "session_id": session_id,
             "epoch": epoch,
-            "events": json.dumps(list(events), default=_json_default),
-            "receipts": json.dumps(list(receipts), default=_json_default),
+            "events": dumps(events),
+            "receipts": dumps(receipts),
         },
-    ).first()
-    if row is None:
+    )
+    if not rows:
         return None
+    row = rows[0]
     return Fenced(int(row[0]), bool(row[1]), int(row[2]), int(row[3]), int(row[4]))
 
 
-_OPEN_SESSION = text(
-    f"""
+_OPEN_SESSION = f"""
 WITH new_session AS (
     INSERT INTO sessions (session_id, parent_id, batch_id, workspace, status, lease_epoch,
                           config_json, idempotency_key, created_at, updated_at)
-    VALUES (:session_id, :parent_id, :batch_id, :workspace, :status, 0,
-            CAST(:config AS jsonb), :idempotency_key, CAST(:at AS timestamptz),
-            CAST(:at AS timestamptz))
+    VALUES (%(session_id)s, %(parent_id)s, %(batch_id)s, %(workspace)s, %(status)s, 0,
+            CAST(%(config)s AS jsonb), %(idempotency_key)s, CAST(%(at)s AS timestamptz),
+            CAST(%(at)s AS timestamptz))
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING session_id
 ),
 new_run AS (
     INSERT INTO agent_runs (run_id, session_id, provider, model, completion_contract_json,
                             trace_id, started_at)
-    SELECT :run_id, session_id, :provider, :model, CAST(:contract AS jsonb), :trace_id,
-           CAST(:started_at AS timestamptz)
+    SELECT %(run_id)s, session_id, %(provider)s, %(model)s, CAST(%(contract)s AS jsonb),
+           %(trace_id)s, CAST(%(started_at)s AS timestamptz)
     FROM new_session
     RETURNING run_id
 ),
@@ -227,23 +214,23 @@ new_events AS (
     INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, epoch,
                                   created_at)
     SELECT e.run_id, e.sequence, e.event_type, e.call_id, e.payload_json, 0, e.created_at
-    FROM new_run, jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})
+    FROM new_run, jsonb_to_recordset(CAST(%(events)s AS jsonb)) AS e({_EVENT_COLUMNS})
     RETURNING 1
 ),
 new_outbox AS (
     INSERT INTO dispatch_outbox (outbox_id, session_id, task_name, created_at, attempts)
-    SELECT :outbox_id, session_id, :task_name, CAST(:at AS timestamptz), 0 FROM new_session
+    SELECT %(outbox_id)s, session_id, %(task_name)s, CAST(%(at)s AS timestamptz), 0
+    FROM new_session
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM new_session), (SELECT count(*) FROM new_events)
 """
-)
 
 
 def open_session_pg(
-    conn: Connection,
+    run: Runner,
     session: dict[str, Any],
-    run: dict[str, Any],
+    run_row: dict[str, Any],
     events: Sequence[dict[str, Any]],
     outbox: dict[str, Any],
 ) -> bool:
@@ -256,55 +243,53 @@ def open_session_pg(
     """
     params = {
         **session,
-        **run,
+        **run_row,
         **outbox,
-        "config": json.dumps(session["config"]),
-        "contract": json.dumps(run["contract"]),
-        "events": json.dumps(list(events), default=_json_default),
+        "config": dumps(session["config"]),
+        "contract": dumps(run_row["contract"]),
+        "events": dumps(events),
     }
     for key in ("at", "started_at"):
         params[key] = params[key].isoformat()
-    row = conn.execute(_OPEN_SESSION, params).one()
+    (row,) = run(_OPEN_SESSION, params)
     return bool(row[0])
 
 
-_SEAL = text(
-    f"""
+_SEAL = f"""
 WITH lock AS MATERIALIZED (
-    SELECT lease_epoch FROM sessions WHERE session_id = :session_id FOR UPDATE
+    SELECT lease_epoch FROM sessions WHERE session_id = %(session_id)s FOR UPDATE
 ),
 sealed AS (
     UPDATE agent_runs
-    SET terminal_state = :state, terminal_reason = :reason, failure_code = :failure_code,
-        ended_at = CAST(:ended_at AS timestamptz)
-    WHERE run_id = :run_id AND terminal_state IS NULL
-      AND (SELECT lease_epoch FROM lock) = :epoch
+    SET terminal_state = %(state)s, terminal_reason = %(reason)s, failure_code = %(failure_code)s,
+        ended_at = CAST(%(ended_at)s AS timestamptz)
+    WHERE run_id = %(run_id)s AND terminal_state IS NULL
+      AND (SELECT lease_epoch FROM lock) = %(epoch)s
     RETURNING run_id
 ),
 written_events AS (
     INSERT INTO agent_run_events (run_id, sequence, event_type, call_id, payload_json, epoch,
                                   created_at)
     SELECT e.run_id, e.sequence, e.event_type, e.call_id, e.payload_json, e.epoch, e.created_at
-    FROM sealed, jsonb_to_recordset(CAST(:events AS jsonb)) AS e({_EVENT_COLUMNS})
+    FROM sealed, jsonb_to_recordset(CAST(%(events)s AS jsonb)) AS e({_EVENT_COLUMNS})
     RETURNING 1
 ),
 acknowledged AS (
     UPDATE session_inbox
-    SET status = 'acknowledged', acknowledged_at = CAST(:ended_at AS timestamptz)
-    WHERE claimed_run_id = :run_id AND status = 'claimed' AND EXISTS (SELECT 1 FROM sealed)
+    SET status = 'acknowledged', acknowledged_at = CAST(%(ended_at)s AS timestamptz)
+    WHERE claimed_run_id = %(run_id)s AND status = 'claimed' AND EXISTS (SELECT 1 FROM sealed)
     RETURNING 1
 ),
 done AS (
     UPDATE sessions SET status = 'done', cancel_requested_at = NULL,
-                        updated_at = CAST(:ended_at AS timestamptz)
-    WHERE session_id = :session_id AND EXISTS (SELECT 1 FROM sealed)
+                        updated_at = CAST(%(ended_at)s AS timestamptz)
+    WHERE session_id = %(session_id)s AND EXISTS (SELECT 1 FROM sealed)
     RETURNING 1
 )
 SELECT lease_epoch, (SELECT count(*) FROM sealed), (SELECT count(*) FROM written_events),
        (SELECT count(*) FROM acknowledged), (SELECT count(*) FROM done)
 FROM lock
 """
-)
 
 
 @dataclass(frozen=True)
@@ -317,17 +302,17 @@ class Sealed:
 
 
 def seal_pg(
-    conn: Connection,
+    run: Runner,
     session_id: str,
     epoch: int,
-    run: dict[str, Any],
+    terminal: dict[str, Any],
     events: Sequence[dict[str, Any]],
 ) -> Sealed | None:
     """Seal a run in ONE statement: terminal state, events, inbox ack, session ``done``.
 
     The seal also consumes the session's cancel request (it was for this run).
 
-    ``run`` holds ``run_id``, ``state``, ``reason``, ``failure_code`` and
+    ``terminal`` holds ``run_id``, ``state``, ``reason``, ``failure_code`` and
     ``ended_at`` (a datetime).  Everything is written iff the locked session
     row carries ``epoch`` and the run had no terminal state; otherwise nothing
     is (every write selects from the run-row update).  Run on an autocommit
@@ -337,16 +322,17 @@ def seal_pg(
         None when the session does not exist; else the epoch seen under the
         lock, whether the run was sealed, and the events written.
     """
-    row = conn.execute(
+    rows = run(
         _SEAL,
         {
-            **run,
+            **terminal,
             "session_id": session_id,
             "epoch": epoch,
-            "ended_at": run["ended_at"].isoformat(),
-            "events": json.dumps(list(events), default=_json_default),
+            "ended_at": terminal["ended_at"].isoformat(),
+            "events": dumps(events),
         },
-    ).first()
-    if row is None:
+    )
+    if not rows:
         return None
+    row = rows[0]
     return Sealed(int(row[0]), bool(row[1]), int(row[2]))

@@ -15,6 +15,9 @@ Constraints carry the ledger rules the database can enforce by itself:
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -32,7 +35,8 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
     "agent_execution_receipts",
@@ -41,7 +45,7 @@ __all__ = [
     "batches",
     "dispatch_outbox",
     "fleet_state",
-    "metadata",
+    "metadata",  # noqa: F822  (module __getattr__: the partial indexes attach on first use)
     "prompt_artifacts",
     "schedule_fires",
     "schedules",
@@ -49,16 +53,34 @@ __all__ = [
     "sessions",
 ]
 
-metadata = MetaData()
+_metadata = MetaData()
+
+
+class _Jsonb(TypeDecorator[Any]):
+    """PostgreSQL's ``JSONB``, loaded when a PostgreSQL dialect first asks for it.
+
+    Importing ``sqlalchemy.dialects.postgresql`` loads every PostgreSQL driver
+    module (~25 ms); a process on SQLite -- ``nahida status --local`` -- never
+    needs it (issue 15 item 5).
+    """
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        from sqlalchemy.dialects.postgresql import JSONB
+
+        return dialect.type_descriptor(JSONB())
+
 
 #: JSONB on PostgreSQL (indexable, compact), JSON text elsewhere.
-Json = JSON().with_variant(JSONB(), "postgresql")
+Json = JSON().with_variant(_Jsonb(), "postgresql")
 #: A BIGINT identity on PostgreSQL, INTEGER PRIMARY KEY (rowid alias) on SQLite.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
 
 batches = Table(
     "batches",
-    metadata,
+    _metadata,
     Column("batch_id", String(64), primary_key=True),
     Column("job_name", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
@@ -67,7 +89,7 @@ batches = Table(
 
 sessions = Table(
     "sessions",
-    metadata,
+    _metadata,
     Column("session_id", String(64), primary_key=True),
     Column("parent_id", String(64), nullable=True),
     Column("batch_id", String(64), ForeignKey("batches.batch_id"), nullable=True),
@@ -96,7 +118,7 @@ sessions = Table(
 
 agent_runs = Table(
     "agent_runs",
-    metadata,
+    _metadata,
     Column("run_id", String(64), primary_key=True),
     Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
     Column("provider", String(64), nullable=False),
@@ -113,7 +135,7 @@ agent_runs = Table(
 
 agent_run_events = Table(
     "agent_run_events",
-    metadata,
+    _metadata,
     Column("event_id", RowId, primary_key=True, autoincrement=True),
     Column("run_id", String(64), ForeignKey("agent_runs.run_id"), nullable=False),
     Column("sequence", Integer, nullable=False),
@@ -124,18 +146,12 @@ agent_run_events = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("run_id", "sequence", name="uq_events_run_sequence"),
     UniqueConstraint("run_id", "call_id", "event_type", name="uq_events_run_call_type"),
-    Index(
-        "uq_events_one_terminal",
-        "run_id",
-        unique=True,
-        postgresql_where=text("event_type = 'terminal'"),
-        sqlite_where=text("event_type = 'terminal'"),
-    ),
+    # uq_events_one_terminal: a partial index, see _attach_partial_indexes
 )
 
 agent_execution_receipts = Table(
     "agent_execution_receipts",
-    metadata,
+    _metadata,
     Column("receipt_id", RowId, primary_key=True, autoincrement=True),
     Column("run_id", String(64), ForeignKey("agent_runs.run_id"), nullable=False),
     Column("call_id", String(200), nullable=False),
@@ -154,20 +170,20 @@ agent_execution_receipts = Table(
 
 dispatch_outbox = Table(
     "dispatch_outbox",
-    metadata,
+    _metadata,
     Column("outbox_id", String(64), primary_key=True),
     Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
     Column("task_name", String(200), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("published_at", DateTime(timezone=True), nullable=True),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
-    Index("ix_outbox_unpublished", "created_at", postgresql_where=text("published_at IS NULL")),
+    # ix_outbox_unpublished: a partial index, see _attach_partial_indexes
 )
 
 #: Added by migration 0002: steering input and background completions.
 session_inbox = Table(
     "session_inbox",
-    metadata,
+    _metadata,
     Column("message_id", String(200), primary_key=True),
     Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
     Column("kind", String(16), nullable=False),
@@ -185,7 +201,7 @@ session_inbox = Table(
 #: Added by migration 0003: small facts kept outside Redis (the broker's run id).
 fleet_state = Table(
     "fleet_state",
-    metadata,
+    _metadata,
     Column("key", String(100), primary_key=True),
     Column("value", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
@@ -195,7 +211,7 @@ fleet_state = Table(
 #: addressed by the sha256 of its bytes.
 prompt_artifacts = Table(
     "prompt_artifacts",
-    metadata,
+    _metadata,
     Column("sha256", String(64), primary_key=True),
     Column("size_bytes", BigInteger, nullable=False),
     Column("content", LargeBinary, nullable=False),
@@ -208,7 +224,7 @@ prompt_artifacts = Table(
 #: and frees its name.
 schedules = Table(
     "schedules",
-    metadata,
+    _metadata,
     Column("schedule_id", String(64), primary_key=True),
     Column("name", String(100), nullable=False),
     Column("definition_json", Json, nullable=False),
@@ -219,20 +235,14 @@ schedules = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("paused_at", DateTime(timezone=True), nullable=True),
     Column("removed_at", DateTime(timezone=True), nullable=True),
-    Index(
-        "uq_schedules_live_name",
-        "name",
-        unique=True,
-        postgresql_where=text("removed_at IS NULL"),
-        sqlite_where=text("removed_at IS NULL"),
-    ),
+    # uq_schedules_live_name: a partial index, see _attach_partial_indexes
 )
 
 #: One decision per (schedule, scheduled fire time): the primary key is what
 #: makes two beats, a restart or a repeated tick decide a fire once.
 schedule_fires = Table(
     "schedule_fires",
-    metadata,
+    _metadata,
     Column("schedule_id", String(64), ForeignKey("schedules.schedule_id"), primary_key=True),
     Column("fire_time", DateTime(timezone=True), primary_key=True),
     Column("due_at", DateTime(timezone=True), nullable=False),
@@ -249,3 +259,50 @@ schedule_fires = Table(
     Index("ix_schedule_fires_outcome", "outcome"),
     Index("ix_schedule_fires_batch", "batch_id"),
 )
+
+
+_attach_lock = threading.Lock()
+_attached = False
+
+
+def _attach_partial_indexes() -> None:
+    """Add the three partial indexes to their tables (once).
+
+    Their ``postgresql_where`` / ``sqlite_where`` keywords make SQLAlchemy load
+    each dialect to validate them, so they are attached only when the
+    metadata itself is asked for -- by the migrations and the schema
+    comparison -- never by a process that only runs queries (issue 15 item 5).
+    The migrations create them either way.
+    """
+    global _attached
+    with _attach_lock:
+        if _attached:
+            return
+        Index(
+            "uq_events_one_terminal",
+            agent_run_events.c.run_id,
+            unique=True,
+            postgresql_where=text("event_type = 'terminal'"),
+            sqlite_where=text("event_type = 'terminal'"),
+        )
+        Index(
+            "ix_outbox_unpublished",
+            dispatch_outbox.c.created_at,
+            postgresql_where=text("published_at IS NULL"),
+        )
+        Index(
+            "uq_schedules_live_name",
+            schedules.c.name,
+            unique=True,
+            postgresql_where=text("removed_at IS NULL"),
+            sqlite_where=text("removed_at IS NULL"),
+        )
+        _attached = True
+
+
+def __getattr__(name: str) -> Any:
+    """``metadata``: every table with every index (the partial ones attached on first use)."""
+    if name == "metadata":
+        _attach_partial_indexes()
+        return _metadata
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

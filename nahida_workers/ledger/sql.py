@@ -47,6 +47,7 @@ from nahida_workers.errors import (
     LedgerIntegrityError,
     NotFoundError,
 )
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.parts import forward
 from nahida_workers.ledger.pg_commit import fenced_insert, lock_and_prefetch, seal_pg
@@ -204,7 +205,8 @@ class SqlLedger:
                     tx.runs[run_id] = fence.session_id
                     yield tx
                     if tx.buffered is not None:
-                        self._send_buffered(tx, self._autocommit_connection(stack))
+                        with pg_raw.autocommit(self.engine) as run:
+                            self._send_buffered(tx, run)
             else:
                 with self.engine.begin() as conn:
                     tx = SqlTx(conn)
@@ -222,6 +224,30 @@ class SqlLedger:
         except BaseException as exc:
             if fast:
                 self.carry(carry_key, None)
+            _raise_mapped(exc)
+            raise
+
+    def raw(self, fixed: pg_raw.Fixed, **values: Any) -> list[Any]:
+        """Rows of a fixed statement run alone (its own commit) on PostgreSQL.
+
+        Errors are mapped as in :meth:`transaction`.
+        """
+        try:
+            return pg_raw.read(self.engine, fixed, **values)
+        except BaseException as exc:
+            _raise_mapped(exc)
+            raise
+
+    @contextmanager
+    def single_statement_raw(self) -> Iterator[pg_raw.Runner]:
+        """A runner for fixed statements that are each their own commit (PostgreSQL).
+
+        Errors are mapped as in :meth:`transaction`.
+        """
+        try:
+            with pg_raw.autocommit(self.engine) as run:
+                yield run
+        except BaseException as exc:
             _raise_mapped(exc)
             raise
 
@@ -245,17 +271,14 @@ class SqlLedger:
             _raise_mapped(exc)
             raise
 
-    def _autocommit_connection(self, stack: ExitStack) -> Connection:
-        return stack.enter_context(self.reader.connect())
-
     def _materialize(self, tx: SqlTx, stack: ExitStack) -> Connection:
         """Turn a deferred transaction into a real one; send what it buffered."""
         conn = stack.enter_context(self.engine.begin())
         tx._conn = conn
-        self._send_buffered(tx, conn)
+        self._send_buffered(tx, pg_raw.runner(conn))
         return conn
 
-    def _send_buffered(self, tx: SqlTx, conn: Connection) -> None:
+    def _send_buffered(self, tx: SqlTx, run: pg_raw.Runner) -> None:
         """Write the buffered appends in one fenced statement."""
         buffered, tx.buffered = tx.buffered or [], None
         if not buffered:
@@ -264,7 +287,7 @@ class SqlLedger:
         assert fence is not None
         events = [row for rows, _ in buffered for row in rows]
         receipts = [row for _, rows in buffered for row in rows]
-        written = fenced_insert(conn, fence.session_id, fence.epoch, events, receipts)
+        written = fenced_insert(run, fence.session_id, fence.epoch, events, receipts)
         if written is None:
             raise NotFoundError(f"no session {fence.session_id}")
         check_epoch(fence.session_id, fence.epoch, written.epoch)
@@ -287,7 +310,7 @@ class SqlLedger:
                     self._carried.popitem(last=False)
 
     def _lock_and_prefetch(self, tx: SqlTx, fence: Fence, run_id: str) -> None:
-        locked = lock_and_prefetch(tx.conn, fence.session_id, run_id)
+        locked = lock_and_prefetch(pg_raw.runner(tx.conn), fence.session_id, run_id)
         if locked is None:
             raise NotFoundError(f"no session {fence.session_id}")
         check_epoch(fence.session_id, fence.epoch, locked.epoch)
@@ -421,7 +444,7 @@ class SqlLedger:
             tx.buffered.append((event_rows, receipt_rows))
         elif self.pg:
             written = fenced_insert(
-                tx.conn, fence.session_id, fence.epoch, event_rows, receipt_rows
+                pg_raw.runner(tx.conn), fence.session_id, fence.epoch, event_rows, receipt_rows
             )
             if written is None:
                 raise NotFoundError(f"no session {fence.session_id}")
@@ -490,9 +513,9 @@ class SqlLedger:
     def _seal_in_one_statement(
         self, tx: SqlTx, fence: Fence, event: Event, terminal: dict[str, Any]
     ) -> None:
-        with self.single_statement() as conn:
+        with self.single_statement_raw() as run:
             sealed = seal_pg(
-                conn, fence.session_id, fence.epoch, terminal, [self.event_row(event, fence.epoch)]
+                run, fence.session_id, fence.epoch, terminal, [self.event_row(event, fence.epoch)]
             )
         if sealed is None:
             raise NotFoundError(f"no session {fence.session_id}")

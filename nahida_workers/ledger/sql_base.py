@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import (
     Connection,
@@ -51,12 +51,16 @@ from nahida_workers.ledger.rules import (
 )
 from nahida_workers.ports import Fence
 
+if TYPE_CHECKING:
+    from nahida_workers.ledger import pg_raw
+
 __all__ = [
     "ReadScope",
     "SqlCore",
     "SqlTx",
     "batch_row",
     "check_epoch",
+    "conflict_insert",
     "database_error",
     "integrity",
     "make_engine",
@@ -105,6 +109,22 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
     # the caller sees LedgerUnavailableError (retryable); the next checkout
     # connects afresh.
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
+
+
+def conflict_insert(pg: bool) -> Any:
+    """The dialect's ``insert`` construct (the one with ``on_conflict_do_nothing``).
+
+    Imported on first use: ``sqlalchemy.dialects.postgresql`` loads every
+    PostgreSQL driver module, which a process on SQLite (``nahida status
+    --local``) never needs (issue 15 item 5).
+    """
+    if pg:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -298,6 +318,14 @@ class SqlCore(Protocol):
 
     def single_statement(self) -> AbstractContextManager[Connection]:
         """A connection for a write that is one statement (autocommit on PostgreSQL)."""
+        ...
+
+    def raw(self, fixed: pg_raw.Fixed, **values: Any) -> list[Any]:
+        """Rows of a fixed statement run alone, on the raw psycopg path (PostgreSQL only)."""
+        ...
+
+    def single_statement_raw(self) -> AbstractContextManager[pg_raw.Runner]:
+        """A runner for fixed statements that are each their own commit (PostgreSQL only)."""
         ...
 
     def require_fence(self, tx: SqlTx, run_id: str, *, locks_itself: bool = False) -> Fence:

@@ -13,17 +13,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import bindparam, select, update
 
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import check_inbox, storable
-from nahida_workers.ledger.sql_base import ReadScope, SqlCore, SqlTx, utc
+from nahida_workers.ledger.sql_base import ReadScope, SqlCore, SqlTx, conflict_insert, utc
 
 __all__ = ["SqlInbox", "inbox_row"]
+
+_ib = t.session_inbox.c
+#: The runtime's read of one status (pending, at every provider boundary), compiled
+#: once for the raw PostgreSQL path (``pg_raw.py``).
+_INBOX_OF_STATUS_PG = pg_raw.Fixed(
+    select(t.session_inbox)
+    .where(_ib.session_id == bindparam("session_id", ""), _ib.status == bindparam("status", ""))
+    .order_by(_ib.created_at, _ib.message_id)
+)
 
 
 def inbox_row(row: Any) -> InboxMessage:
@@ -82,7 +90,7 @@ class SqlInbox:
             )
         ).all()
         check_inbox([(k, n) for k, n in pending], message.kind.value, message.size_bytes, limits)
-        insert = pg_insert if self._core.pg else sqlite_insert
+        insert = conflict_insert(self._core.pg)
         tx.conn.execute(
             insert(t.session_inbox)
             .values(
@@ -138,6 +146,11 @@ class SqlInbox:
         self, session_id: str, *, statuses: Sequence[InboxStatus] | None = None
     ) -> list[InboxMessage]:
         """A session's inbox messages, oldest first."""
+        if self._core.pg and statuses is not None and len(statuses) == 1:
+            rows = self._core.raw(
+                _INBOX_OF_STATUS_PG, session_id=session_id, status=statuses[0].value
+            )
+            return [inbox_row(r) for r in rows]
         ib = t.session_inbox.c
         query = (
             select(t.session_inbox)

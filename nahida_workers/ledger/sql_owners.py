@@ -20,12 +20,11 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, exists, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import BigInteger, ColumnElement, and_, bindparam, case, exists, select, update
 
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
-from nahida_workers.ledger.sql_base import ReadScope, SqlCore
+from nahida_workers.ledger.sql_base import ReadScope, SqlCore, conflict_insert
 
 __all__ = ["SqlOwners", "crash_streak_after", "progressed_at"]
 
@@ -59,6 +58,28 @@ def crash_streak_after() -> ColumnElement[int]:
     )
 
 
+def _close_owner_statement() -> Any:
+    s = t.sessions.c
+    epoch = bindparam("b_epoch", 0, type_=BigInteger)
+    return (
+        update(t.sessions)
+        .where(and_(s.session_id == bindparam("b_session_id", ""), s.open_epoch == epoch))
+        .values(
+            open_epoch=None,
+            # No crash counted so far (the usual case): no progress query.
+            crash_streak=case(
+                (s.crash_streak == 0, 0),
+                (progressed_at(epoch), 0),
+                else_=s.crash_streak,
+            ),
+        )
+    )
+
+
+_CLOSE_OWNER = _close_owner_statement()
+_CLOSE_OWNER_PG = pg_raw.Fixed(_CLOSE_OWNER.returning(t.sessions.c.session_id))
+
+
 class SqlOwners:
     """``close_owner`` and the artifact store: a part of the SQL ledger.
 
@@ -78,27 +99,17 @@ class SqlOwners:
         The crash streak is reset when this owner made progress, else kept.
         A no-op when a later owner has taken over (``open_epoch`` moved on).
         """
-        s = t.sessions.c
+        if self._core.pg:
+            self._core.raw(_CLOSE_OWNER_PG, b_session_id=session_id, b_epoch=epoch)
+            return
         with self._core.single_statement() as conn:
-            conn.execute(
-                update(t.sessions)
-                .where(and_(s.session_id == session_id, s.open_epoch == epoch))
-                .values(
-                    open_epoch=None,
-                    # No crash counted so far (the usual case): no progress query.
-                    crash_streak=case(
-                        (s.crash_streak == 0, 0),
-                        (progressed_at(epoch), 0),
-                        else_=s.crash_streak,
-                    ),
-                )
-            )
+            conn.execute(_CLOSE_OWNER, {"b_session_id": session_id, "b_epoch": epoch})
 
     def put_artifact(self, data: bytes, *, at: datetime) -> str:
         """Store ``data`` whole (once); returns its sha256 hex, the artifact's address."""
         digest = hashlib.sha256(data).hexdigest()
         values = {"sha256": digest, "size_bytes": len(data), "content": data, "created_at": at}
-        dialect_insert = pg_insert if self._core.pg else sqlite_insert
+        dialect_insert = conflict_insert(self._core.pg)
         with self._core.single_statement() as conn:
             conn.execute(
                 dialect_insert(t.prompt_artifacts)

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import (
+    bindparam,
     select,
 )
 
@@ -20,6 +21,7 @@ from nahida_workers.core.events import (
 )
 from nahida_workers.core.records import BatchRecord, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.errors import StoredPayloadError
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.rules import (
     RunFacts,
@@ -37,6 +39,33 @@ from nahida_workers.ports import Fence
 
 __all__ = ["SqlReads"]
 
+_GET_SESSION = select(t.sessions).where(t.sessions.c.session_id == bindparam("session_id", ""))
+_RUNS_OF = (
+    select(t.agent_runs)
+    .where(t.agent_runs.c.session_id == bindparam("session_id", ""))
+    .order_by(t.agent_runs.c.started_at, t.agent_runs.c.run_id)
+)
+_EVENTS = (
+    select(t.agent_run_events)
+    .where(t.agent_run_events.c.run_id == bindparam("run_id", ""))
+    .order_by(t.agent_run_events.c.sequence)
+)
+_RECEIPTS = (
+    select(t.agent_execution_receipts)
+    .where(t.agent_execution_receipts.c.run_id == bindparam("run_id", ""))
+    .order_by(t.agent_execution_receipts.c.receipt_id)
+)
+#: The hot reads compiled once for the raw PostgreSQL path (``pg_raw.py``).
+_PG = {
+    name: pg_raw.Fixed(q)
+    for name, q in [
+        ("session", _GET_SESSION),
+        ("runs", _RUNS_OF),
+        ("events", _EVENTS),
+        ("receipts", _RECEIPTS),
+    ]
+}
+
 
 class SqlReads:
     """The reads part of :class:`~nahida_workers.ledger.sql.SqlLedger` (``LedgerReader``).
@@ -50,6 +79,13 @@ class SqlReads:
 
     def _read(self) -> ReadScope:
         return ReadScope(self._core.reader)
+
+    def _rows(self, name: str, query: Any, **values: Any) -> list[Any]:
+        """Rows of a hot read: raw psycopg on PostgreSQL, SQLAlchemy on SQLite."""
+        if self._core.pg:
+            return self._core.raw(_PG[name], **values)
+        with self._read() as conn:
+            return list(conn.execute(query, values).all())
 
     def load_run(self, fence: Fence, run_id: str) -> tuple[list[Event], list[ExecutionReceipt]]:
         """A new owner's read of its run: every event and receipt.
@@ -72,11 +108,8 @@ class SqlReads:
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         """The session row or None."""
-        with self._read() as conn:
-            row = conn.execute(
-                select(t.sessions).where(t.sessions.c.session_id == session_id)
-            ).first()
-        return None if row is None else session_row(row)
+        rows = self._rows("session", _GET_SESSION, session_id=session_id)
+        return session_row(rows[0]) if rows else None
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run row or None."""
@@ -86,22 +119,11 @@ class SqlReads:
 
     def runs_of(self, session_id: str) -> list[RunRecord]:
         """Runs of a session, oldest first."""
-        runs = t.agent_runs.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_runs)
-                .where(runs.session_id == session_id)
-                .order_by(runs.started_at, runs.run_id)
-            ).all()
-        return [run_row(r) for r in rows]
+        return [run_row(r) for r in self._rows("runs", _RUNS_OF, session_id=session_id)]
 
     def events(self, run_id: str) -> list[Event]:
         """Events of a run by sequence."""
-        ev = t.agent_run_events.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_run_events).where(ev.run_id == run_id).order_by(ev.sequence)
-            ).all()
+        rows = self._rows("events", _EVENTS, run_id=run_id)
         return [
             Event(
                 run_id=r.run_id,
@@ -117,13 +139,7 @@ class SqlReads:
 
     def receipts(self, run_id: str) -> list[ExecutionReceipt]:
         """Receipts of a run in the order they were written."""
-        rc = t.agent_execution_receipts.c
-        with self._read() as conn:
-            rows = conn.execute(
-                select(t.agent_execution_receipts)
-                .where(rc.run_id == run_id)
-                .order_by(rc.receipt_id)
-            ).all()
+        rows = self._rows("receipts", _RECEIPTS, run_id=run_id)
         return [
             ExecutionReceipt(
                 run_id=r.run_id,

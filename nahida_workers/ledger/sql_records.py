@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import (
+    DateTime,
+    bindparam,
     func,
     insert,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from nahida_workers.core.events import (
     Event,
@@ -26,6 +26,7 @@ from nahida_workers.errors import (
     EventAfterTerminalError,
     NotFoundError,
 )
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.pg_commit import open_session_pg
 from nahida_workers.ledger.rules import (
@@ -35,12 +36,38 @@ from nahida_workers.ledger.rules import (
 from nahida_workers.ledger.sql_base import (
     SqlCore,
     SqlTx,
+    conflict_insert,
     session_row,
 )
 from nahida_workers.ledger.sql_owners import crash_streak_after
 from nahida_workers.ports import Fence
 
 __all__ = ["SqlRecords"]
+
+_ob, _s = t.dispatch_outbox.c, t.sessions.c
+_MARK_PUBLISHED = (
+    update(t.dispatch_outbox)
+    .where(_ob.outbox_id == bindparam("b_outbox_id", ""))
+    .values(
+        published_at=bindparam("b_at", None, type_=DateTime(timezone=True)),
+        attempts=_ob.attempts + 1,
+    )
+)
+_BUMP_EPOCH = (
+    update(t.sessions)
+    .where(_s.session_id == bindparam("b_session_id", ""))
+    .values(
+        lease_epoch=_s.lease_epoch + 1,
+        status=SessionStatus.RUNNING.value,
+        updated_at=bindparam("b_at", None, type_=DateTime(timezone=True)),
+        crash_streak=crash_streak_after(),
+        open_epoch=_s.lease_epoch + 1,
+    )
+    .returning(_s.lease_epoch)
+)
+#: The same statements compiled once for the raw PostgreSQL path (``pg_raw.py``).
+_MARK_PUBLISHED_PG = pg_raw.Fixed(_MARK_PUBLISHED.returning(_ob.outbox_id))
+_BUMP_EPOCH_PG = pg_raw.Fixed(_BUMP_EPOCH)
 
 
 class SqlRecords:
@@ -92,7 +119,7 @@ class SqlRecords:
             tx.conn.execute(insert(t.sessions).values(**values))
             self._created(tx, session)
             return session, True
-        dialect_insert = pg_insert if tx.conn.dialect.name == "postgresql" else sqlite_insert
+        dialect_insert = conflict_insert(tx.conn.dialect.name == "postgresql")
         # RETURNING, not rowcount: psycopg reports rowcount -1 for this statement.
         inserted = tx.conn.execute(
             dialect_insert(t.sessions)
@@ -195,13 +222,11 @@ class SqlRecords:
 
     def mark_published(self, outbox_id: str, *, at: datetime) -> None:
         """Mark an outbox row published and count the attempt (one statement, its own commit)."""
-        ob = t.dispatch_outbox.c
+        if self._core.pg:
+            self._core.raw(_MARK_PUBLISHED_PG, b_outbox_id=outbox_id, b_at=at)
+            return
         with self._core.single_statement() as conn:
-            conn.execute(
-                update(t.dispatch_outbox)
-                .where(ob.outbox_id == outbox_id)
-                .values(published_at=at, attempts=ob.attempts + 1)
-            )
+            conn.execute(_MARK_PUBLISHED, {"b_outbox_id": outbox_id, "b_at": at})
 
     def bump_epoch(self, session_id: str, *, at: datetime) -> int:
         """Increment the fencing epoch in its own commit (one statement); status → running.
@@ -210,19 +235,12 @@ class SqlRecords:
         previous owner, if still open, counts as a crashed delivery unless it
         made progress, and the new owner is open.
         """
-        with self._core.single_statement() as conn:
-            row = conn.execute(
-                update(t.sessions)
-                .where(t.sessions.c.session_id == session_id)
-                .values(
-                    lease_epoch=t.sessions.c.lease_epoch + 1,
-                    status=SessionStatus.RUNNING.value,
-                    updated_at=at,
-                    crash_streak=crash_streak_after(),
-                    open_epoch=t.sessions.c.lease_epoch + 1,
-                )
-                .returning(t.sessions.c.lease_epoch)
-            ).first()
+        if self._core.pg:
+            rows = self._core.raw(_BUMP_EPOCH_PG, b_session_id=session_id, b_at=at)
+            row = rows[0] if rows else None
+        else:
+            with self._core.single_statement() as conn:
+                row = conn.execute(_BUMP_EPOCH, {"b_session_id": session_id, "b_at": at}).first()
         if row is None:
             raise NotFoundError(f"no session {session_id}")
         return int(row[0])
@@ -261,9 +279,9 @@ class SqlRecords:
                     self._core.append(tx, events)
                     self.add_outbox(tx, outbox)
             return stored, created
-        with self._core.single_statement() as conn:
+        with self._core.single_statement_raw() as run_statement:
             created = open_session_pg(
-                conn,
+                run_statement,
                 {
                     "session_id": session.session_id,
                     "parent_id": session.parent_id,
@@ -285,8 +303,9 @@ class SqlRecords:
                 [self._core.event_row(e, 0) for e in events],
                 {"outbox_id": outbox.outbox_id, "task_name": outbox.task_name},
             )
-            if created:
-                return session, True
+        if created:
+            return session, True
+        with self._core.single_statement() as conn:
             existing = conn.execute(
                 select(t.sessions).where(t.sessions.c.idempotency_key == session.idempotency_key)
             ).one()

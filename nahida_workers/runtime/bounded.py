@@ -11,10 +11,18 @@ what it saw), and otherwise records the call ``timed_out`` or ``aborted``
 with "outcome unknown" and moves on.  A thread that never returns keeps
 nothing alive: it is a daemon, it no longer holds a pool slot, and the lease
 heartbeat stops with the session (DESIGN.md section 4).
+
+Call threads are reused (issue 15): starting a thread costs a context-switch
+round trip (``Thread.start`` waits for the new thread to run), which was a
+quarter of a zero-latency session.  A call thread that finished parks for
+:data:`IDLE_S` seconds and takes the next call; one that never returns is
+never reused.  Each call runs in a fresh :mod:`contextvars` context, as on a
+new thread.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -57,8 +65,66 @@ ABORTED_UNKNOWN_TEXT = (
     "whether it had an effect is unknown"
 )
 
+#: Seconds a finished call thread waits for its next call before it exits.
+IDLE_S = 30.0
+#: Most call threads kept waiting for a call (more finish and exit).
+MAX_IDLE = 64
+
 _abandoned_lock = threading.Lock()
 _abandoned = 0
+
+
+class _Worker:
+    """A daemon thread that runs one call after another, parked in ``_idle`` between calls."""
+
+    def __init__(self, job: Callable[[], None], name: str) -> None:
+        self._job: tuple[Callable[[], None], str] | None = (job, name)
+        self._wake = threading.Semaphore(0)
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def give(self, job: Callable[[], None], name: str) -> None:
+        self._job = (job, name)
+        self._wake.release()
+
+    def _loop(self) -> None:
+        while True:
+            assert self._job is not None
+            (job, name), self._job = self._job, None
+            self.thread.name = name
+            contextvars.Context().run(job)  # never raises: CallThread._run catches all
+            if not self._park():
+                return
+
+    def _park(self) -> bool:
+        """Wait for the next call; False when none came within :data:`IDLE_S`."""
+        with _idle_lock:
+            if len(_idle) >= MAX_IDLE:
+                return False
+            _idle.append(self)
+        if self._wake.acquire(timeout=IDLE_S):
+            return True
+        with _idle_lock:
+            if self in _idle:  # nobody took it: exit
+                _idle.remove(self)
+                return False
+        self._wake.acquire()  # taken just as it timed out: its call is on the way
+        return True
+
+
+_idle_lock = threading.Lock()
+_idle: list[_Worker] = []
+
+
+def _start(job: Callable[[], None], name: str) -> _Worker:
+    """Run ``job`` on a parked call thread, or on a new one when none is parked."""
+    with _idle_lock:
+        worker = _idle.pop() if _idle else None
+    if worker is not None:
+        worker.give(job, name)
+        return worker
+    worker = _Worker(job, name)
+    worker.thread.start()
+    return worker
 
 
 def abandoned_threads() -> int:
@@ -95,8 +161,8 @@ class CallThread(Generic[T]):
         self._holding = False
         self._lock = threading.Lock()
         self._abandoned = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._name = name
+        _start(self._run, name)
 
     def _run(self) -> None:
         if self._slots is not None:
@@ -130,10 +196,10 @@ class CallThread(Generic[T]):
         with self._lock:
             self._abandoned = True
         self._release()
-        if self._thread.is_alive() and self.started_at is not None:
+        if not self.future.done() and self.started_at is not None:
             with _abandoned_lock:
                 _abandoned += 1
-            log.warning("tool thread %s abandoned while still running", self._thread.name)
+            log.warning("tool thread %s abandoned while still running", self._name)
 
     def result(self, wait_s: float) -> T | None:
         """The result if it is there within ``wait_s`` seconds, else None.

@@ -16,6 +16,7 @@ from nahida_workers.errors import (
     NotFoundError,
     StaleEpochError,
 )
+from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger.pg_commit import Sealed, seal_pg
 from tests.contract.ledger_world import (
     World,
@@ -202,14 +203,14 @@ def test_seal_statement_is_all_or_nothing_on_postgres(postgres_ledger: Any) -> N
     }
     row = postgres_ledger.event_row(terminal(w.run_id, 2), 0)
     with postgres_ledger.engine.begin() as conn:
-        stale = seal_pg(conn, "s-1", 7, run, [row])
+        stale = seal_pg(pg_raw.runner(conn), "s-1", 7, run, [row])
     assert stale == Sealed(epoch=0, sealed=False, events_written=0)
     assert postgres_ledger.get_session("s-1").status is not SessionStatus.DONE
     assert ledger_inbox_status(postgres_ledger, "m1") is InboxStatus.CLAIMED
     with postgres_ledger.engine.begin() as conn:
-        assert seal_pg(conn, "s-1", 0, run, [row]) == Sealed(0, True, 1)
+        assert seal_pg(pg_raw.runner(conn), "s-1", 0, run, [row]) == Sealed(0, True, 1)
     with postgres_ledger.engine.begin() as conn:
-        again = seal_pg(conn, "s-1", 0, run, [{**row, "sequence": 3}])
+        again = seal_pg(pg_raw.runner(conn), "s-1", 0, run, [{**row, "sequence": 3}])
     assert again == Sealed(0, False, 0)  # the run row is sealed: nothing else written
     assert len(postgres_ledger.events(w.run_id)) == 2
     assert ledger_inbox_status(postgres_ledger, "m1") is InboxStatus.ACKNOWLEDGED

@@ -591,6 +591,90 @@ def test_fencing_is_real_under_concurrency(backend: str, request: pytest.Fixture
     assert len(ledger.events(w.run_id)) == 2
 
 
+def _hold_a_bump(ledger: SqlLedger, session_id: str) -> tuple[threading.Event, threading.Event]:
+    """Run ``bump_epoch``'s own statement in a transaction that stays open until released.
+
+    Returns (bumped, release): ``bumped`` is set once the bump's update ran
+    (uncommitted); setting ``release`` commits it.
+    """
+    from nahida_workers.ledger.sql_records import _BUMP_EPOCH
+
+    bumped, release = threading.Event(), threading.Event()
+
+    def bump() -> None:
+        with ledger.engine.begin() as conn:
+            conn.execute(_BUMP_EPOCH, {"b_session_id": session_id, "b_at": at(30)})
+            bumped.set()
+            assert release.wait(DEADLINE_S)
+
+    threading.Thread(target=bump, daemon=True).start()
+    assert bumped.wait(DEADLINE_S)
+    return bumped, release
+
+
+def _commit_point(ledger: SqlLedger, w: Any, epoch: int, path: str, sequence: int) -> None:
+    """One commit point of owner ``epoch`` by ``path`` (the ledger's PostgreSQL write paths)."""
+    fence = Fence(w.session_id, epoch)
+    if path == "seal":
+        with ledger.transaction(fence=fence, run_id=w.run_id) as tx:
+            ledger.seal_run(
+                tx,
+                terminal(w.run_id, sequence),
+                state=TerminalState.COMPLETED,
+                reason=ReasonCode.ANSWER_ACCEPTED,
+                failure_code=None,
+                ended_at=at(31),
+            )
+        return
+    with ledger.transaction(fence=fence, run_id=None if path == "slow" else w.run_id) as tx:
+        ledger.append_events(tx, [user_input(w.run_id, sequence, "stale owner")])
+
+
+@pytest.mark.parametrize("path", ["first", "carried", "seal", "slow"])
+def test_a_writer_blocked_behind_an_epoch_bump_sees_the_new_epoch_and_writes_nothing(
+    path: str, postgres_ledger: SqlLedger
+) -> None:
+    """Issue 15: the other order of :func:`test_fencing_is_real_under_concurrency`.
+
+    The bump holds its lock first; owner ``e``'s commit point, sent meanwhile,
+    waits for it and must then refuse: a check against the snapshot its
+    statement started with would still see ``e`` and write (READ COMMITTED
+    takes a statement's snapshot at its start; only a lock the check orders
+    against -- the row lock re-read, or a lock taken in an earlier statement
+    -- sees the bump).  Every PostgreSQL write path of a commit point: the
+    owner's first (lock and prefetch), a later one (one fenced statement on
+    carried facts), the one-statement seal, and the plain fenced transaction.
+    """
+    ledger = postgres_ledger
+    w = make_world(ledger)
+    e = w.bump()
+    if path in ("carried", "seal"):  # the owner has committed before: facts are carried
+        with ledger.transaction(fence=Fence(w.session_id, e), run_id=w.run_id) as tx:
+            ledger.append_events(tx, [user_input(w.run_id, 2, "owner e")])
+    before = ledger.events(w.run_id)
+    _, release = _hold_a_bump(ledger, w.session_id)
+    outcome: list[BaseException | None] = []
+
+    def stale_owner() -> None:
+        try:
+            _commit_point(ledger, w, e, path, len(before) + 1)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=stale_owner, daemon=True)
+    writer.start()
+    try:
+        _wait_until(lambda: _blocked_on_lock(ledger.engine, "sessions"), "the writer to block")
+        assert not outcome, "the commit point finished while the bump held its lock"
+    finally:
+        release.set()
+    writer.join(DEADLINE_S)
+    assert outcome and isinstance(outcome[0], StaleEpochError), outcome
+    assert ledger.events(w.run_id) == before, "a stale owner wrote after the bump"
+    assert ledger.get_session(w.session_id).lease_epoch == e + 1  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_concurrent_open_session_with_one_key_writes_one_of_everything(
     backend: str, request: pytest.FixtureRequest

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nahida_workers.worker_secrets import SecretStore, is_secret, redact
 
@@ -88,3 +90,30 @@ def test_a_child_cannot_read_the_secrets_from_its_parents_environ() -> None:
     assert settings_line.startswith("True planted-llm-key")
     assert "MY_LLM_KEY" in settings_line and "NAHIDA_DATABASE_URL" in settings_line
     assert env_line == "True False"
+
+
+def _redact_everything(text: str) -> str:
+    """What :func:`redact` must equal: every pattern applied, no shortcut."""
+    from nahida_workers import worker_secrets as ws
+
+    text = ws._store.mask(text)
+    text = ws._KEY_SHAPES.sub(ws._MASK, text)
+    text = ws._URL_PASSWORD.sub(rf"\g<1>{ws._MASK}\g<2>", text)
+    return ws._ENV_ASSIGNMENT.sub(rf"\g<1>={ws._MASK}", text)
+
+
+_PIECES = [
+    "sk-", "sk-ant-", "gsk_", "hf_", "glpat-", "AKIA", "xoxb-", "ghp_", "Bearer ", "bearer\t",
+    "Authorization: ", "://", "user:", "@", "=", "API_KEY", "PASSWORD",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
+    "abcdefghijklmnopqrstuvwxyz0123456789", "ABCDEFGHIJKLMNOP",
+    " ", "\n", "_", "-", ":", "é", "ok",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=12), max_size=14))
+@settings(max_examples=400, deadline=None)
+def test_the_redaction_shortcut_never_skips_a_match(parts: list[str]) -> None:
+    """Issue 15: the cheap pre-check only skips text no pattern can match."""
+    text = "".join(parts)
+    assert redact(text) == _redact_everything(text)

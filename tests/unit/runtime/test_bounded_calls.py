@@ -210,3 +210,75 @@ def test_a_local_call_that_queued_counts_its_timeout_from_its_own_start(tmp_path
     job = CallJob(run_id="r", workspace=tmp_path, epoch=1)
     out = executor.run_batch(Batch(calls, parallel=True), job, registry)
     assert [e.result.status for e in out] == [ToolStatus.OK, ToolStatus.OK]
+
+
+# --- call threads are reused (issue 15) -------------------------------------------------
+
+
+def _thread_of(fn: Any = None) -> tuple[threading.Thread, Any]:
+    """Run ``fn`` (default: nothing) as a call; the thread it ran on and its result."""
+    from nahida_workers.runtime.bounded import CallThread
+
+    seen: list[threading.Thread] = []
+
+    def job() -> Any:
+        seen.append(threading.current_thread())
+        return fn() if fn is not None else None
+
+    call = CallThread(job, name="probe")
+    result = call.result(5.0)
+    assert call.future.done()
+    return seen[0], result
+
+
+def test_a_finished_call_thread_takes_the_next_call() -> None:
+    """Starting a thread per call cost two context switches; a parked one is handed the next."""
+    first, _ = _thread_of()
+    deadline = time.monotonic() + 5
+    while first not in _parked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second, _ = _thread_of()
+    assert second is first
+
+
+def test_a_reused_call_thread_starts_each_call_with_a_fresh_context() -> None:
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("probe", default="fresh")
+
+    def set_it() -> str:
+        before = var.get()
+        var.set("left behind")
+        return before
+
+    for _ in range(3):
+        _, before = _thread_of(set_it)
+        assert before == "fresh"
+
+
+def test_a_call_thread_that_never_returns_is_never_handed_another_call() -> None:
+    from nahida_workers.runtime.bounded import CallThread
+
+    release = threading.Event()
+    stuck_on: list[threading.Thread] = []
+
+    def stuck() -> None:
+        stuck_on.append(threading.current_thread())
+        release.wait(10)
+
+    call = CallThread(stuck, name="stuck")
+    assert call.result(0.2) is None
+    call.abandon()
+    try:
+        for _ in range(5):
+            ran_on, _ = _thread_of()
+            assert ran_on is not stuck_on[0]
+    finally:
+        release.set()
+
+
+def _parked() -> list[threading.Thread]:
+    from nahida_workers.runtime import bounded
+
+    with bounded._idle_lock:
+        return [w.thread for w in bounded._idle]
