@@ -35,6 +35,7 @@ from nahida_workers.ledger.children import child_ledger
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
+from nahida_workers.runtime.child_report import child_report
 from nahida_workers.runtime.children import Spawner
 from nahida_workers.runtime.commits import CommitPoints, Family
 from nahida_workers.runtime.driver import RunDriver
@@ -42,6 +43,7 @@ from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.history import session_history
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.session import SessionRunner
@@ -109,7 +111,9 @@ class SessionOwner:
         spawner = Spawner(
             self.r.ledger, children, self.session, _spec_of(self.session), self.r.child_limits
         )
-        return Family(children, spawner, self.session.parent_id, self.r.publish)
+        return Family(
+            children, spawner, self.session.parent_id, self.r.publish, self.r.inbox_limits
+        )
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:
@@ -237,6 +241,15 @@ class SessionOwner:
             self.r.ledger.get_artifact,
             [*state.history, *state.events],
         )
+        family = self.commits.family
+        if family is not None and TASK_TOOL in spec.tools:  # read children by id (section 8)
+            registry = registry.with_tool(
+                TaskOutput(
+                    lambda task_id: child_report(
+                        self.r.ledger, family.children, self.session.session_id, task_id
+                    )
+                )
+            )
         self._recover(state, run, registry)
         problem = artifact_problem(self.r.ledger.get_artifact, artifacts)
         if problem is not None and state.terminal is None:

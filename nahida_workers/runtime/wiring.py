@@ -218,15 +218,10 @@ def build_fleet(
         max_per_session=settings.child_max_per_session,
         max_running_per_root=settings.child_max_running_per_root,
     )
-    inbox = Inbox(
-        ledger,
-        leases,
-        dispatcher,
-        clock,
-        InboxLimits(
-            max_user=settings.inbox_max_user,
-            max_background=settings.inbox_max_background,
-            max_bytes=settings.inbox_max_bytes,
-        ),
-    )
+    runner.inbox_limits = InboxLimits(
+        max_user=settings.inbox_max_user,
+        max_background=settings.inbox_max_background,
+        max_bytes=settings.inbox_max_bytes,
+    )  # background child completions are posted under the same bounds
+    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits)
     return Fleet(settings, ledger, leases, clock, runner, dispatcher, inbox)
