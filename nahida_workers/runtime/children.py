@@ -43,7 +43,9 @@ from nahida_workers.core.records import (
     RunRecord,
     SessionRecord,
 )
+from nahida_workers.errors import WorkspaceUnavailableError
 from nahida_workers.ports import ChildLedger, Ledger
+from nahida_workers.runtime.child_worktree import BASE_KEY, record_base
 from nahida_workers.runtime.resume import (
     post_resume,
     resume_message_id,
@@ -51,6 +53,7 @@ from nahida_workers.runtime.resume import (
     resume_view,
 )
 from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.workspaces import WorktreeManager
 
 __all__ = [
     "CHILD_NAMESPACE",
@@ -99,10 +102,14 @@ class Spawner:
         session: the parent's session row.
         spec: the parent's spec (its ``agents`` profiles).
         limits: the fleet's child limits (settings).
+        worktrees: makes the worktrees of ``isolation: worktree`` children
+            (None: such calls are refused).
 
     Attributes:
         refused: call id -> the refusal text of a spawn the ledger refused
             (kept for this owner; a later owner re-attempts the idempotent spawn).
+        isolated: ``(child id, base commit)`` of the worktree children the
+            last :meth:`spawn` created (``runtime/child_worktree.py``).
     """
 
     ledger: Ledger[Any]
@@ -113,6 +120,7 @@ class Spawner:
 
     def __post_init__(self) -> None:
         self.refused: dict[str, str] = {}
+        self.isolated: list[tuple[str, str]] = []
         self._link: ChildLink | None = None
 
     def link(self) -> ChildLink:
@@ -122,8 +130,7 @@ class Spawner:
             self._link = self.children.link(sid) or ChildLink(sid, root_id=sid)
         return self._link
 
-    #: Whether ``isolation: worktree`` children can be started (set by the owner).
-    worktrees: bool = False
+    worktrees: WorktreeManager | None = None
 
     def request(self, call: ToolCall) -> TaskRequest | str:
         """The call's validated request, or the error the model sees."""
@@ -134,7 +141,7 @@ class Spawner:
             problem = resume_problem(self.children, self.session.session_id, request.resume)
             if problem is not None:
                 return problem
-        if request.isolation is TaskIsolation.WORKTREE and not self.worktrees:
+        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is None:
             return "Task: isolation 'worktree' is not available for this session; use 'shared'"
         return request
 
@@ -143,6 +150,7 @@ class Spawner:
     ) -> list[OutboxRecord]:
         """Write a child for every valid Task call among ``events``; outbox rows to publish."""
         published: list[OutboxRecord] = []
+        self.isolated = []
         for event in events:
             if event.type is not EventType.TOOL_CALL or event.payload.get("name") != TASK_TOOL:
                 continue
@@ -171,12 +179,18 @@ class Spawner:
                 return None
             self.refused.pop(call.call_id, None)
             return posted
-        session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
+        try:
+            session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
+        except WorkspaceUnavailableError as exc:  # isolation: worktree on no git repository
+            self.refused[call.call_id] = f"Task: isolation 'worktree' is not possible here: {exc}"
+            return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         if outcome.refused:
             self.refused[call.call_id] = refusal_text(outcome, self.limits)
         else:
             self.refused.pop(call.call_id, None)
+        if outcome is SpawnOutcome.CREATED and BASE_KEY in link.lineage:
+            self.isolated.append((session.session_id, str(link.lineage[BASE_KEY])))
         return outbox if outcome is SpawnOutcome.CREATED else None
 
     def _rows(
@@ -212,6 +226,8 @@ class Spawner:
                 "isolation": request.isolation.value,
             },
         )
+        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is not None:
+            link.lineage[BASE_KEY] = record_base(self.worktrees, self.session.workspace)
         run = RunRecord(
             run_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:run:1").hex,
             session_id=cid,

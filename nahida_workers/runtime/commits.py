@@ -83,10 +83,12 @@ from nahida_workers.runtime.child_close import (
     post_completion,
     unfinished_children,
 )
+from nahida_workers.runtime.child_worktree import finish, prepare
 from nahida_workers.runtime.children import Spawner, completion_message, wake_outbox
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
+from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
 
@@ -135,6 +137,8 @@ class Family:
             path; an unpublished row is re-published by the sweeper).
         inbox_limits: the parent inbox's bounds a background child's
             completion is posted under (``runtime/child_close.py``).
+        worktree: this session's own worktree (``isolation: worktree``),
+            finished before its seal (``runtime/child_worktree.py``).
     """
 
     children: ChildLedger[Any]
@@ -142,6 +146,23 @@ class Family:
     parent_id: str | None = None
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    worktree: Worktree | None = None
+
+    def prepare_worktrees(self) -> None:
+        """Create the worktrees of the worktree children the last spawn created."""
+        manager = self.spawner.worktrees
+        if manager is None:
+            return
+        for child, base in self.spawner.isolated:
+            prepare(manager, self.spawner.session.workspace, child, base)
+        self.spawner.isolated = []
+
+    def finish_worktree(self, summary: str) -> dict[str, Any]:
+        """Commit this session's worktree changes on its branch (before its seal); {} if none."""
+        manager = self.spawner.worktrees
+        if self.worktree is None or manager is None:
+            return {}
+        return finish(manager, self.worktree, summary)
 
     def running(self) -> list[str]:
         """This session's children that have not ended (read from the ledger)."""
@@ -241,6 +262,7 @@ class CommitPoints:
 
         self._commit(state, events, also=also)
         if family is not None:
+            family.prepare_worktrees()  # the launcher makes them before dispatch (B22)
             family.publish_all(outboxes)
 
     def commit_results(
@@ -310,6 +332,9 @@ class CommitPoints:
         parent = family.parent_id if family is not None else None
         wake: list[OutboxRecord] = []
         running = family.running() if family is not None else []
+        if family is not None and family.worktree is not None:  # the commit is evidence
+            done = family.finish_worktree(finish.final_text)
+            event = event.model_copy(update={"payload": {**event.payload, **done}})
         if running:  # section 8: a parent that ends names the children it leaves running
             event = event.model_copy(
                 update={"payload": {**event.payload, "children_running": running}}

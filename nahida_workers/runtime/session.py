@@ -52,6 +52,7 @@ from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
 from nahida_workers.runtime.redelivery import is_poison
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.workspaces import WorktreeManager
 
 __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 
@@ -96,6 +97,8 @@ class SessionRunner:
             ``bump_epoch`` counts them in the ledger).
         inbox_limits: the inbox bounds a background child's completion is
             posted under (DESIGN.md section 8).
+        worktrees: makes the git worktrees of ``isolation: worktree``
+            children (None: such Task calls are refused).
     """
 
     ledger: Ledger[Any]
@@ -113,6 +116,7 @@ class SessionRunner:
     child_limits: ChildLimits = field(default_factory=ChildLimits)
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    worktrees: WorktreeManager | None = None
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.
