@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.ledger.children import child_ledger
@@ -16,10 +18,16 @@ from nahida_workers.runtime.child_report import child_report
 from nahida_workers.runtime.children import child_id
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.owner import SessionOutcome
-from nahida_workers.testing.doubles import scripted_spec
+from nahida_workers.testing.doubles import memory_runner, scripted_spec
 from tests.unit.runtime.test_children import AGENTS, World, profile, results, task
 
 RUN = "parentrun1"
+
+
+@pytest.fixture
+def w(ledger: Any) -> World:
+    """A one-slot fleet over every ledger backend (memory, SQLite, PostgreSQL)."""
+    return World(memory_runner(ledger=ledger))
 
 
 def submit(w: World, turns: list[dict[str, Any]], **kw: Any) -> str:
@@ -33,8 +41,7 @@ def terminal(ledger: Any, session_id: str) -> dict[str, Any]:
     return dict(ledger.events(run.run_id)[-1].payload)
 
 
-def test_background_call_returns_the_child_id_and_its_completion_arrives_as_input() -> None:
-    w = World()
+def test_background_call_returns_the_child_id_and_its_completion_arrives_as_input(w: World) -> None:
     bg = child_id(RUN, "call_bg")
     parent = submit(
         w,
@@ -74,8 +81,7 @@ def test_background_call_returns_the_child_id_and_its_completion_arrives_as_inpu
     assert {m.status.value for m in ledger.inbox(parent)} == {"acknowledged"}
 
 
-def test_task_output_reads_only_this_sessions_tree() -> None:
-    w = World()
+def test_task_output_reads_only_this_sessions_tree(w: World) -> None:
     parent = submit(
         w,
         [{"text": "go", "tool_calls": [task("call_a", "alpha")]}, {"text": "Done."}],
@@ -91,8 +97,7 @@ def test_task_output_reads_only_this_sessions_tree() -> None:
         assert isinstance(child_report(ledger, kids, reader, target), str)
 
 
-def test_parent_answering_with_a_running_background_child_is_not_completed() -> None:
-    w = World()
+def test_parent_answering_with_a_running_background_child_is_not_completed(w: World) -> None:
     bg = child_id(RUN, "call_bg")
     parent = submit(
         w,
@@ -113,8 +118,7 @@ def test_parent_answering_with_a_running_background_child_is_not_completed() -> 
     assert terminal(ledger, bg)["state"] == "cancelled"
 
 
-def test_allowed_unfinished_children_and_abandon_leave_the_child_running() -> None:
-    w = World()
+def test_allowed_unfinished_children_and_abandon_leave_the_child_running(w: World) -> None:
     agents = {**AGENTS, "keeper": {**profile({"text": "Kept."}), "parent_close": "abandon"}}
     bg = child_id(RUN, "call_bg")
     parent = submit(
@@ -137,8 +141,7 @@ def test_allowed_unfinished_children_and_abandon_leave_the_child_running() -> No
     assert len(ledger.runs_of(parent)) == 1
 
 
-def test_background_completions_respect_the_inbox_background_limit() -> None:
-    w = World()
+def test_background_completions_respect_the_inbox_background_limit(w: World) -> None:
     w.runner.inbox_limits = InboxLimits(max_user=20, max_background=1, max_bytes=64 * 1024)
     calls = [task(f"call_{i}", "alpha", mode="background") for i in range(3)]
     parent = submit(
@@ -160,8 +163,7 @@ def test_background_completions_respect_the_inbox_background_limit() -> None:
     assert terminal(ledger, parent)["state"] == "completed"
 
 
-def test_resume_runs_the_childs_next_run_and_adopts_it() -> None:
-    w = World()
+def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
     kid = child_id(RUN, "call_a")
     agents = {
         **AGENTS,
@@ -200,8 +202,7 @@ def test_resume_runs_the_childs_next_run_and_adopts_it() -> None:
     assert len(child_ledger(ledger).children(parent)) == 1
 
 
-def test_cancelling_a_waiting_parent_cancels_its_children() -> None:
-    w = World()
+def test_cancelling_a_waiting_parent_cancels_its_children(w: World) -> None:
     agents = {**AGENTS, "slow": profile({"text": "Slow."})}
     parent = submit(
         w, [{"text": "go", "tool_calls": [task("call_a", "slow")]}, {"text": "x"}], agents=agents
