@@ -13,6 +13,12 @@ the loop decides one of:
   (status ``waiting``, lease and worker slot released) until the child's
   completion re-dispatches it.  No worker slot ever waits on another session.
 
+A ``mode: background`` call is settled as soon as its child exists: its
+result is the child id (the child's completion arrives later as a
+background inbox message the parent sees as input).  A ``resume: CHILD_ID``
+call posts its prompt to that child's inbox and is waited on like a
+foreground call, until the child's run that took the prompt ends.
+
 Nothing here does I/O: child ids are derived by the runtime
 (``runtime/children.py``), not here (no ``uuid`` in the core).
 """
@@ -47,14 +53,14 @@ TASK_TOOL = "Task"
 
 
 class TaskMode(StrEnum):
-    """``foreground``: the parent parks until the child ends; ``background``: not yet."""
+    """``foreground``: the parent parks until the child ends; ``background``: it does not."""
 
     FOREGROUND = "foreground"
     BACKGROUND = "background"
 
 
 class TaskIsolation(StrEnum):
-    """``shared``: the parent's workspace; ``worktree``: a git worktree (not yet)."""
+    """``shared``: the parent's workspace; ``worktree``: a git worktree of it (launcher-made)."""
 
     SHARED = "shared"
     WORKTREE = "worktree"
@@ -99,8 +105,9 @@ def task_schema(agents: Sequence[str]) -> ToolSchema:
 def parse_task(call: ToolCall, agents: Sequence[str]) -> TaskRequest | str:
     """The call's :class:`TaskRequest`, or the error text the model sees.
 
-    Part A of issue 13 runs ``mode: foreground`` with ``isolation: shared``
-    only; the other modes get a clear "not supported yet" error.
+    ``resume`` must name a child of this session (checked by the runtime,
+    which knows the tree); a resumed call is waited on like a foreground one
+    whatever its ``mode``.
     """
     if call.arguments_error is not None:
         return f"Task arguments are not a JSON object: {call.arguments_error}"
@@ -118,13 +125,12 @@ def parse_task(call: ToolCall, agents: Sequence[str]) -> TaskRequest | str:
         isolation = TaskIsolation(args.get("isolation", TaskIsolation.SHARED.value))
     except ValueError as exc:
         return f"Task: {exc}"
-    if args.get("resume") is not None:
-        return "Task: 'resume' is not supported yet"
-    if mode is not TaskMode.FOREGROUND:
-        return "Task: mode 'background' is not supported yet; use 'foreground'"
-    if isolation is not TaskIsolation.SHARED:
-        return "Task: isolation 'worktree' is not supported yet; use 'shared'"
-    return TaskRequest(args["description"], args["prompt"], args["agent"], mode, isolation)
+    resume = args.get("resume")
+    if resume is not None and (not isinstance(resume, str) or not resume.strip()):
+        return "Task: 'resume' must be a child session id"
+    if resume is not None:
+        mode = TaskMode.FOREGROUND  # a resumed call is waited on like a foreground one
+    return TaskRequest(args["description"], args["prompt"], args["agent"], mode, isolation, resume)
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ class ChildView:
         state / reason / final_text / run_id: the child's terminal state, its
             reason, its final text and the run that sealed it (None while the
             child is not terminal).
+        background: a ``mode: background`` call: settled once the child exists.
+        commit: the commit a worktree child's changes were committed as.
     """
 
     call_id: str
@@ -148,10 +156,14 @@ class ChildView:
     reason: str | None = None
     final_text: str = ""
     run_id: str | None = None
+    background: bool = False
+    commit: str | None = None
 
     @property
     def settled(self) -> bool:
-        """A result can be adopted now: the child ended, or there is none."""
+        """A result can be adopted now: the child ended (or runs in the background), or none."""
+        if self.background and self.session_id is not None:
+            return True
         return self.refused is not None or self.state is not None
 
 
@@ -217,6 +229,11 @@ def adopted_result(view: ChildView) -> tuple[ToolStatus, str]:
     """
     if view.refused is not None:
         return ToolStatus.ERROR, view.refused
+    if view.background:
+        return ToolStatus.OK, (
+            f"Started background child session {view.session_id}. Its completion arrives "
+            "later as a message; read its status and result with TaskOutput."
+        )
     assert view.state is not None
     if view.state is TerminalState.COMPLETED:
         return ToolStatus.OK, view.final_text

@@ -94,6 +94,7 @@ class ReasonCode(StrEnum):
     ABANDONED = "abandoned"
     INVALID_CONFIG = "invalid_config"
     WORKTREE_UNAVAILABLE = "worktree_unavailable"  # no git worktree for the session (case B22)
+    CHILDREN_UNFINISHED = "children_unfinished"  # answered while background children still run
     INTERNAL_ERROR = "internal_error"
 
 
@@ -184,6 +185,10 @@ class CompletionContract(_Frozen):
         verify: verification categories the user asked for
             (``test``, ``lint``, ``type-check``, ``build``).
         output_schema: JSON Schema for the reserved StructuredOutput tool.
+        allow_unfinished_children: a session may end ``completed`` while
+            child sessions it started (``mode: background``) still run; by
+            default it ends ``incomplete/children_unfinished`` instead
+            (DESIGN.md section 8, issue 13).
     """
 
     evidence: EvidenceMode = EvidenceMode.NONE
@@ -191,6 +196,7 @@ class CompletionContract(_Frozen):
     required_receipt_kinds: tuple[EvidenceKind, ...] = ()
     verify: tuple[str, ...] = ()
     output_schema: dict[str, Any] | None = None
+    allow_unfinished_children: bool = False
 
 
 class Event(_Frozen):

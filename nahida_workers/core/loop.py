@@ -131,6 +131,10 @@ class Signals:
         pending_steering: unclaimed steering messages in the session inbox.
         children: call id -> what became of that Task call's child session
             (``core/children.py``); read only when Task calls are pending.
+        unfinished_children: ids of this session's children that have not
+            ended (background ones); a ``completed`` verdict becomes
+            ``incomplete/children_unfinished`` while any is left, unless the
+            contract allows it.
     """
 
     now: datetime
@@ -138,6 +142,7 @@ class Signals:
     elapsed_s: float = 0.0
     pending_steering: int = 0
     children: Mapping[str, ChildView] = field(default_factory=dict)
+    unfinished_children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -408,7 +413,7 @@ def _judge_candidate(
     answer = str(candidate.payload.get("text", ""))
     match action:
         case Settle():
-            return _finish(action.state, action.reason, answer)
+            return _settle(action, config, signals, answer)
         case ContinueWithInbox():
             return ClaimInbox()
         case RunStopHooks():
@@ -425,6 +430,22 @@ def _judge_candidate(
             )
         case _:  # Accept never leaves evaluate_candidate
             raise AssertionError(f"unexpected policy action {action!r}")
+
+
+def _settle(action: Settle, config: LoopConfig, signals: Signals, answer: str) -> Finish:
+    """The policy's verdict -- never ``completed`` while a child it started is unfinished.
+
+    DESIGN.md section 8 (issue 13): a session whose background children
+    still run ends ``incomplete/children_unfinished`` unless the contract's
+    ``allow_unfinished_children`` says the job does not depend on them.
+    """
+    if (
+        action.state is TerminalState.COMPLETED
+        and signals.unfinished_children
+        and not config.contract.allow_unfinished_children
+    ):
+        return _finish(TerminalState.INCOMPLETE, ReasonCode.CHILDREN_UNFINISHED)
+    return _finish(action.state, action.reason, answer)
 
 
 def _unique_ids(state: RunState, calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:

@@ -174,6 +174,10 @@ def execute_call(
         idempotency_key=key,
         max_output_bytes=job.max_output_bytes,
         cancel=job.cancel,
+        # who runs the command (scripts name their work by it; never a secret)
+        env={"NAHIDA_SESSION_ID": job.session_id, "NAHIDA_RUN_ID": job.run_id}
+        if job.session_id
+        else {},
     )
     outcome = run_tool(tool, call.arguments, ctx)
     kind = tool.spec.evidence_kind

@@ -8,9 +8,11 @@ transaction that commits the call (``CommitPoints.commit_turn``).  The loop
 learns what became of each child through :func:`child_views`, and a child's
 seal posts :func:`completion_message` to its parent's inbox.
 
-Part B (background children, resume, worktree isolation, cancel cascade)
-extends :func:`plan_spawn` and :class:`Spawner`; ``core/children.py`` refuses
-those modes with a clear error until then.
+Part B: a ``mode: background`` call is settled once its child exists (its
+completion is a background inbox message the parent sees as input, and
+``TaskOutput`` reads it); a ``resume`` call posts to an existing child's
+inbox (``runtime/resume.py``); a parent's seal applies its children's
+``parent_close`` policy (``runtime/child_close.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from datetime import datetime
 from typing import Any
 
 from nahida_workers.constants import RUN_SESSION
-from nahida_workers.core.children import TASK_TOOL, ChildView, TaskRequest, parse_task
+from nahida_workers.core.children import (
+    TASK_TOOL,
+    ChildView,
+    TaskIsolation,
+    TaskMode,
+    TaskRequest,
+    parse_task,
+)
 from nahida_workers.core.events import Event, EventType, SessionStatus, TerminalState
 from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
 from nahida_workers.core.messages import ToolCall
@@ -34,15 +43,26 @@ from nahida_workers.core.records import (
     RunRecord,
     SessionRecord,
 )
+from nahida_workers.errors import WorkspaceUnavailableError
 from nahida_workers.ports import ChildLedger, Ledger
+from nahida_workers.runtime.child_worktree import BASE_KEY, record_base
+from nahida_workers.runtime.resume import (
+    post_resume,
+    resume_message_id,
+    resume_problem,
+    resume_view,
+)
 from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.workspaces import WorktreeManager
 
 __all__ = [
     "CHILD_NAMESPACE",
     "Spawner",
     "child_id",
     "child_views",
+    "completion_id",
     "completion_message",
+    "completion_prefix",
     "wake_outbox",
 ]
 
@@ -82,10 +102,14 @@ class Spawner:
         session: the parent's session row.
         spec: the parent's spec (its ``agents`` profiles).
         limits: the fleet's child limits (settings).
+        worktrees: makes the worktrees of ``isolation: worktree`` children
+            (None: such calls are refused).
 
     Attributes:
         refused: call id -> the refusal text of a spawn the ledger refused
             (kept for this owner; a later owner re-attempts the idempotent spawn).
+        isolated: ``(child id, base commit)`` of the worktree children the
+            last :meth:`spawn` created (``runtime/child_worktree.py``).
     """
 
     ledger: Ledger[Any]
@@ -96,6 +120,7 @@ class Spawner:
 
     def __post_init__(self) -> None:
         self.refused: dict[str, str] = {}
+        self.isolated: list[tuple[str, str]] = []
         self._link: ChildLink | None = None
 
     def link(self) -> ChildLink:
@@ -105,15 +130,27 @@ class Spawner:
             self._link = self.children.link(sid) or ChildLink(sid, root_id=sid)
         return self._link
 
+    worktrees: WorktreeManager | None = None
+
     def request(self, call: ToolCall) -> TaskRequest | str:
         """The call's validated request, or the error the model sees."""
-        return parse_task(call, sorted(self.spec.agents))
+        request = parse_task(call, sorted(self.spec.agents))
+        if isinstance(request, str):
+            return request
+        if request.resume is not None:
+            problem = resume_problem(self.children, self.session.session_id, request.resume)
+            if problem is not None:
+                return problem
+        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is None:
+            return "Task: isolation 'worktree' is not available for this session; use 'shared'"
+        return request
 
     def spawn(
         self, tx: Any, run_id: str, events: Sequence[Event], now: datetime
     ) -> list[OutboxRecord]:
         """Write a child for every valid Task call among ``events``; outbox rows to publish."""
         published: list[OutboxRecord] = []
+        self.isolated = []
         for event in events:
             if event.type is not EventType.TOOL_CALL or event.payload.get("name") != TASK_TOOL:
                 continue
@@ -128,12 +165,32 @@ class Spawner:
         request = self.request(call)
         if isinstance(request, str):
             return None
-        session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
+        if request.resume is not None:
+            posted = post_resume(
+                self.ledger,
+                tx,
+                request.resume,
+                resume_message_id(run_id, call.call_id),
+                request.prompt,
+                now,
+            )
+            if isinstance(posted, str):
+                self.refused[call.call_id] = posted
+                return None
+            self.refused.pop(call.call_id, None)
+            return posted
+        try:
+            session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
+        except WorkspaceUnavailableError as exc:  # isolation: worktree on no git repository
+            self.refused[call.call_id] = f"Task: isolation 'worktree' is not possible here: {exc}"
+            return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         if outcome.refused:
             self.refused[call.call_id] = refusal_text(outcome, self.limits)
         else:
             self.refused.pop(call.call_id, None)
+        if outcome is SpawnOutcome.CREATED and BASE_KEY in link.lineage:
+            self.isolated.append((session.session_id, str(link.lineage[BASE_KEY])))
         return outbox if outcome is SpawnOutcome.CREATED else None
 
     def _rows(
@@ -165,8 +222,12 @@ class Spawner:
                 "call_id": call_id,
                 "agent": request.agent,
                 "description": request.description,
+                "mode": request.mode.value,
+                "isolation": request.isolation.value,
             },
         )
+        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is not None:
+            link.lineage[BASE_KEY] = record_base(self.worktrees, self.session.workspace)
         run = RunRecord(
             run_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:run:1").hex,
             session_id=cid,
@@ -198,18 +259,26 @@ def child_views(
     run_id: str,
     calls: Sequence[ToolCall],
     respawn: Callable[[ToolCall], str | None],
+    redispatch: Callable[[str, str], None],
 ) -> dict[str, ChildView]:
     """What became of each Task call's child, for ``Signals.children``.
 
     A valid call with no child row was refused by a limit when its turn
     committed (possibly by an earlier owner): ``respawn`` re-attempts the
     idempotent spawn and returns the refusal text, or None when it started.
+    ``redispatch(child, key)`` re-queues a resumed child whose prompt waits
+    while it is ``done`` (``runtime/resume.py``).
     """
     views: dict[str, ChildView] = {}
     for call in calls:
         request = spawner.request(call)
         if isinstance(request, str):
             views[call.call_id] = ChildView(call.call_id, refused=request)
+            continue
+        if request.resume is not None:
+            views[call.call_id] = _resumed_view(
+                ledger, spawner, run_id, call, request, respawn, redispatch
+            )
             continue
         cid = child_id(run_id, call.call_id)
         session = ledger.get_session(cid)
@@ -220,8 +289,41 @@ def child_views(
                 text = refused or "Task: the child session was not started"
                 views[call.call_id] = ChildView(call.call_id, refused=text)
                 continue
+        if request.mode is TaskMode.BACKGROUND:
+            views[call.call_id] = ChildView(call.call_id, session_id=cid, background=True)
+            continue
         views[call.call_id] = _view_of(ledger, call.call_id, session)
     return views
+
+
+def _resumed_view(
+    ledger: Ledger[Any],
+    spawner: Spawner,
+    run_id: str,
+    call: ToolCall,
+    request: TaskRequest,
+    respawn: Callable[[ToolCall], str | None],
+    redispatch: Callable[[str, str], None],
+) -> ChildView:
+    """A resumed call's view (``runtime/resume.py``); re-posts a prompt never posted."""
+    assert request.resume is not None
+    child, message_id = request.resume, resume_message_id(run_id, call.call_id)
+
+    for _ in range(2):
+        view = resume_view(
+            ledger,
+            call.call_id,
+            child,
+            message_id,
+            lambda rid: _run_view(ledger, call.call_id, child, rid),
+            redispatch,
+        )
+        if view is not None:
+            return view
+        refused = spawner.refused.get(call.call_id) or respawn(call)
+        if refused is not None:
+            return ChildView(call.call_id, refused=refused)
+    return ChildView(call.call_id, refused="Task: the resume prompt was not posted")
 
 
 def _view_of(ledger: Ledger[Any], call_id: str, session: SessionRecord) -> ChildView:
@@ -233,39 +335,80 @@ def _view_of(ledger: Ledger[Any], call_id: str, session: SessionRecord) -> Child
         return ChildView(
             call_id, session.session_id, state=TerminalState.FAILED, reason="no_run_sealed"
         )
+    return _run_view(ledger, call_id, session.session_id, run.run_id, run)
+
+
+def _run_view(
+    ledger: Ledger[Any], call_id: str, child: str, run_id: str, run: RunRecord | None = None
+) -> ChildView:
+    """The outcome of the child's sealed run ``run_id`` as a call's view."""
+    if run is None:
+        run = next(r for r in ledger.runs_of(child) if r.run_id == run_id)
     final = next(
         (e for e in reversed(ledger.events(run.run_id)) if e.type is EventType.TERMINAL), None
     )
     return ChildView(
         call_id,
-        session.session_id,
+        child,
         state=run.terminal_state,
         reason=run.terminal_reason.value if run.terminal_reason else None,
         final_text=str(final.payload.get("final_text", "")) if final else "",
         run_id=run.run_id,
+        commit=final.payload.get("commit") if final else None,
     )
 
 
+#: Characters of a child's final text shown in its background completion.
+EXCERPT_CHARS = 1000
+
+
 def completion_message(
-    parent_id: str, child: str, run_id: str, state: TerminalState, reason: str, at: datetime
+    parent_id: str,
+    child: str,
+    run_id: str,
+    state: TerminalState,
+    reason: str,
+    at: datetime,
+    *,
+    description: str = "",
+    final_text: str = "",
+    background: bool = False,
 ) -> InboxMessage:
-    """A child's completion for its parent's inbox; its id is derived from the child id."""
-    text = f"child session {child} ended {state.value}/{reason} (run {run_id})"
+    """A child's completion for its parent's inbox.
+
+    Its id is ``child-done:{child}:{run_id}``: idempotent per child run, so a
+    resumed child's later runs post again.  A ``background`` child's message
+    is input the parent claims at a provider boundary (``next_turn``); a
+    foreground one is adopted as its call's result, never shown as input.
+    """
+    label = f" ({description})" if description else ""
+    excerpt = final_text if len(final_text) <= EXCERPT_CHARS else final_text[:EXCERPT_CHARS] + "..."
+    text = f"child {child}{label} finished {state.value}/{reason} (run {run_id}): {excerpt}"
     return InboxMessage(
-        message_id=f"child-done:{child}",
+        message_id=completion_id(child, run_id),
         session_id=parent_id,
         kind=InboxKind.BACKGROUND,
         text=text,
         size_bytes=len(text.encode()),
-        next_turn=False,
+        next_turn=background,
         created_at=at,
     )
 
 
-def wake_outbox(parent_id: str, child: str, at: datetime) -> OutboxRecord:
-    """The outbox row that re-dispatches a parent a child's completion woke."""
+def completion_id(child: str, run_id: str) -> str:
+    """The inbox message id of a child run's completion."""
+    return f"{completion_prefix(child)}{run_id}"
+
+
+def completion_prefix(child: str) -> str:
+    """The common prefix of every completion message id of ``child``."""
+    return f"child-done:{child}:"
+
+
+def wake_outbox(parent_id: str, child: str, run_id: str, at: datetime) -> OutboxRecord:
+    """The outbox row that re-dispatches a parent a child run's completion woke."""
     return OutboxRecord(
-        outbox_id=uuid.uuid5(CHILD_NAMESPACE, f"{child}:wake:{parent_id}").hex,
+        outbox_id=uuid.uuid5(CHILD_NAMESPACE, f"{child}:wake:{parent_id}:{run_id}").hex,
         session_id=parent_id,
         task_name=RUN_SESSION,
         created_at=at,

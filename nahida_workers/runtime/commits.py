@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -63,7 +63,7 @@ from nahida_workers.core.loop import (
 )
 from nahida_workers.core.messages import ProviderTurn
 from nahida_workers.core.receipts import missing_receipts
-from nahida_workers.core.records import OutboxRecord, RunRecord
+from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
 from nahida_workers.ports import (
@@ -71,23 +71,33 @@ from nahida_workers.ports import (
     Clock,
     Fence,
     LedgerInbox,
+    LedgerOutbox,
     LedgerOwners,
     LedgerReader,
     LedgerWriter,
     TxT,
 )
 from nahida_workers.runtime.calls import Execution
+from nahida_workers.runtime.child_close import (
+    close_children,
+    post_completion,
+    unfinished_children,
+)
+from nahida_workers.runtime.child_worktree import finish, prepare
 from nahida_workers.runtime.children import Spawner, completion_message, wake_outbox
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
+from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
 
 log = logging.getLogger(__name__)
 
 
-class CommitLedger(LedgerWriter[TxT], LedgerInbox[TxT], LedgerReader, Protocol[TxT]):
+class CommitLedger(
+    LedgerWriter[TxT], LedgerInbox[TxT], LedgerOutbox[TxT], LedgerReader, Protocol[TxT]
+):
     """The ledger ports a session's commit points use (DESIGN.md section 3)."""
 
 
@@ -125,12 +135,38 @@ class Family:
         parent_id: this session's parent (its seal posts a completion there).
         publish: publishes an outbox row after its commit (the dispatcher's
             path; an unpublished row is re-published by the sweeper).
+        inbox_limits: the parent inbox's bounds a background child's
+            completion is posted under (``runtime/child_close.py``).
+        worktree: this session's own worktree (``isolation: worktree``),
+            finished before its seal (``runtime/child_worktree.py``).
     """
 
     children: ChildLedger[Any]
     spawner: Spawner
     parent_id: str | None = None
     publish: Callable[[OutboxRecord], None] | None = None
+    inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    worktree: Worktree | None = None
+
+    def prepare_worktrees(self) -> None:
+        """Create the worktrees of the worktree children the last spawn created."""
+        manager = self.spawner.worktrees
+        if manager is None:
+            return
+        for child, base in self.spawner.isolated:
+            prepare(manager, self.spawner.session.workspace, child, base)
+        self.spawner.isolated = []
+
+    def finish_worktree(self, summary: str) -> dict[str, Any]:
+        """Commit this session's worktree changes on its branch (before its seal); {} if none."""
+        manager = self.spawner.worktrees
+        if self.worktree is None or manager is None:
+            return {}
+        return finish(manager, self.worktree, summary)
+
+    def running(self) -> list[str]:
+        """This session's children that have not ended (read from the ledger)."""
+        return unfinished_children(self.children, self.spawner.session.session_id)
 
     def publish_all(self, records: Sequence[OutboxRecord]) -> None:
         """Publish each row; a broker error leaves it to the sweeper."""
@@ -226,6 +262,7 @@ class CommitPoints:
 
         self._commit(state, events, also=also)
         if family is not None:
+            family.prepare_worktrees()  # the launcher makes them before dispatch (B22)
             family.publish_all(outboxes)
 
     def commit_results(
@@ -294,11 +331,20 @@ class CommitPoints:
         family = self.family
         parent = family.parent_id if family is not None else None
         wake: list[OutboxRecord] = []
+        running = family.running() if family is not None else []
+        if family is not None and family.worktree is not None:  # the commit is evidence
+            done = family.finish_worktree(finish.final_text)
+            event = event.model_copy(update={"payload": {**event.payload, **done}})
+        if running:  # section 8: a parent that ends names the children it leaves running
+            event = event.model_copy(
+                update={"payload": {**event.payload, "children_running": running}}
+            )
 
         def write() -> None:
-            # A child's seal posts its completion in the same transaction: no
-            # run_id hint, so the SQL ledger takes the slow path with the lock.
-            hint = None if parent else run.run_id
+            # A child's seal posts its completion (a parent's closes its children)
+            # in the same transaction: no run_id hint, so the SQL ledger takes the
+            # slow path with the lock.
+            hint = None if parent or running else run.run_id
             with self.ledger.transaction(fence=self.fence, run_id=hint) as tx:
                 self.ledger.seal_run(
                     tx,
@@ -308,8 +354,11 @@ class CommitPoints:
                     failure_code=finish.failure_code,
                     ended_at=now,
                 )
+                wake.clear()
                 if parent is not None and family is not None:
-                    wake[:] = self._post_completion(tx, family, parent, run, finish, now)
+                    wake.extend(self._post_completion(tx, family, parent, run, finish, now))
+                if running:
+                    wake.extend(close_children(self.ledger, tx, running, run.run_id, now))
 
         self._through_outage(
             write,
@@ -330,11 +379,22 @@ class CommitPoints:
     ) -> list[OutboxRecord]:
         """A child's completion into its parent's inbox; the wake-up row, if it woke it."""
         child = self.fence.session_id
+        link = family.spawner.link()
         message = completion_message(
-            parent, child, run.run_id, finish.state, finish.reason.value, now
+            parent,
+            child,
+            run.run_id,
+            finish.state,
+            finish.reason.value,
+            now,
+            description=str(link.lineage.get("description", "")),
+            final_text=finish.final_text,
+            background=link.lineage.get("mode") == "background",
         )
-        outbox = wake_outbox(parent, child, now)
-        woke = family.children.post_child_completion(tx, message, outbox, at=now)
+        outbox = wake_outbox(parent, child, run.run_id, now)
+        woke = post_completion(
+            self.ledger, family.children, tx, message, outbox, limits=family.inbox_limits, at=now
+        )
         return [outbox] if woke else []
 
     def park(self, state: RunState, run: RunRecord, park: Park) -> bool:

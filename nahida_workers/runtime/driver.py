@@ -12,6 +12,7 @@ A new decision (parking a session on its children, say) is one more case in
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,11 +60,12 @@ from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, Ru
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.calls import CallJob, Execution
-from nahida_workers.runtime.children import child_views
+from nahida_workers.runtime.children import child_views, completion_prefix
 from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.prestart import FallbackGuard, PreStart
+from nahida_workers.runtime.resume import reopen
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -178,7 +180,15 @@ class RunDriver:
             pending_steering=self.commits.inbox_pending,
             elapsed_s=(now - self.run.started_at).total_seconds(),
             children=self._children(),
+            unfinished_children=self._unfinished(),
         )
+
+    def _unfinished(self) -> tuple[str, ...]:
+        """This session's children that have not ended (section 8), when it has a family."""
+        family = self.commits.family
+        if family is None or TASK_TOOL not in self.spec.tools:
+            return ()
+        return tuple(family.running())
 
     def _children(self) -> dict[str, ChildView]:
         """What became of the children of the Task calls at the head of the pending calls."""
@@ -188,7 +198,19 @@ class RunDriver:
             return {}
         if family is None:
             return {c.call_id: ChildView(c.call_id, refused="Task: not available") for c in head}
-        return child_views(self.r.ledger, family.spawner, self.run.run_id, head, self._respawn)
+        return child_views(
+            self.r.ledger, family.spawner, self.run.run_id, head, self._respawn, self._reopen
+        )
+
+    def _reopen(self, child: str, key: str) -> None:
+        """Re-queue a resumed child that is ``done`` with its prompt still pending."""
+        family = self.commits.family
+        assert family is not None
+        with self.r.ledger.transaction() as tx:
+            record = reopen(
+                self.r.ledger, tx, child, f"{key}:{uuid.uuid4().hex}", self.r.clock.now()
+            )
+        family.publish_all([record])
 
     def _respawn(self, call: ToolCall) -> str | None:
         """Re-attempt a refused spawn (idempotent, limits re-checked); its refusal or None."""
@@ -301,11 +323,16 @@ class RunDriver:
         """Each child's outcome as its call's result, in call order; completions claimed."""
         now = self.r.clock.now()
         executions = [self._adopted(view, now) for view in adopt.views]
-        wanted = {f"child-done:{v.session_id}" for v in adopt.views if v.session_id}
+        # A background call is settled when its child starts: its completion stays pending.
+        wanted = tuple(
+            completion_prefix(v.session_id)
+            for v in adopt.views
+            if v.session_id and not v.background
+        )
         claims = [
             m.message_id
             for m in self._pending_inbox()
-            if m.kind is InboxKind.BACKGROUND and m.message_id in wanted
+            if m.kind is InboxKind.BACKGROUND and wanted and m.message_id.startswith(wanted)
         ]
         return self.commits.commit_results(self.state, self.run, executions, claims=claims)
 
@@ -318,6 +345,10 @@ class RunDriver:
             "child_state": view.state.value if view.state else None,
             "child_reason": view.reason,
         }
+        if view.background:
+            evidence["mode"] = "background"
+        if view.commit is not None:
+            evidence["commit"] = view.commit
         if view.refused is not None:
             evidence = {"error_code": "task_refused", "refused": view.refused}
         receipt = ExecutionReceipt(

@@ -30,11 +30,15 @@ from nahida_workers.errors import (
     LedgerError,
     RunError,
     StaleEpochError,
+    WorkspaceUnavailableError,
+    WorktreeUnavailableError,
 )
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
+from nahida_workers.runtime.child_report import child_report
+from nahida_workers.runtime.child_worktree import isolate, isolated
 from nahida_workers.runtime.children import Spawner
 from nahida_workers.runtime.commits import CommitPoints, Family
 from nahida_workers.runtime.driver import RunDriver
@@ -42,6 +46,7 @@ from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.history import session_history
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.session import SessionRunner
@@ -107,9 +112,16 @@ class SessionOwner:
             return None
         children = child_ledger(self.r.ledger)
         spawner = Spawner(
-            self.r.ledger, children, self.session, _spec_of(self.session), self.r.child_limits
+            self.r.ledger,
+            children,
+            self.session,
+            _spec_of(self.session),
+            self.r.child_limits,
+            self.r.worktrees,
         )
-        return Family(children, spawner, self.session.parent_id, self.r.publish)
+        return Family(
+            children, spawner, self.session.parent_id, self.r.publish, self.r.inbox_limits
+        )
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:
@@ -229,6 +241,8 @@ class SessionOwner:
 
         Returns True when the run parked on its children (section 8).
         """
+        if not self._isolate(state, run):
+            return False
         spec = _spec_of(self.session)
         # Task is run by the runtime itself, not by a tool (runtime/children.py).
         tools = tuple(t for t in spec.tools if t != TASK_TOOL)
@@ -237,6 +251,15 @@ class SessionOwner:
             self.r.ledger.get_artifact,
             [*state.history, *state.events],
         )
+        family = self.commits.family
+        if family is not None and TASK_TOOL in spec.tools:  # read children by id (section 8)
+            registry = registry.with_tool(
+                TaskOutput(
+                    lambda task_id: child_report(
+                        self.r.ledger, family.children, self.session.session_id, task_id
+                    )
+                )
+            )
         self._recover(state, run, registry)
         problem = artifact_problem(self.r.ledger.get_artifact, artifacts)
         if problem is not None and state.terminal is None:
@@ -251,6 +274,31 @@ class SessionOwner:
         driver = RunDriver(self.r, self.session, spec, self.commits, state, run, registry)
         driver.drive()
         return driver.parked
+
+    def _isolate(self, state: RunState, run: RunRecord) -> bool:
+        """An ``isolation: worktree`` session runs in its own worktree (runtime/child_worktree.py).
+
+        Returns False when the run was sealed ``failed/worktree_unavailable``
+        (its parent then adopts an error instead of waiting; case B22).
+        """
+        family = self.commits.family
+        link = family.spawner.link() if family is not None else None
+        if family is None or link is None or not isolated(link) or state.terminal is not None:
+            return True
+        manager = self.r.worktrees
+        try:
+            if manager is None:
+                raise WorktreeUnavailableError("this worker has no worktree manager")
+            worktree = isolate(manager, self.session.workspace, self.session.session_id, link)
+        except (WorktreeUnavailableError, WorkspaceUnavailableError) as exc:
+            log.error("run %s: no worktree: %s", run.run_id, exc)
+            self.commits.seal_failed(
+                state, run, ReasonCode.WORKTREE_UNAVAILABLE, FailureCode.WORKTREE_UNAVAILABLE
+            )
+            return False
+        family.worktree = worktree
+        self.session = self.session.model_copy(update={"workspace": str(worktree.workspace)})
+        return True
 
     def _recover(self, state: RunState, run: RunRecord, registry: ToolRegistry) -> None:
         """Settle what the previous owner left open (core/recovery.py), once, in order."""

@@ -38,7 +38,7 @@ from nahida_workers.core.events import (
     SessionStatus,
 )
 from nahida_workers.core.lineage import ChildLimits
-from nahida_workers.core.records import OutboxRecord
+from nahida_workers.core.records import InboxLimits, OutboxRecord
 from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
@@ -52,6 +52,7 @@ from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
 from nahida_workers.runtime.redelivery import is_poison
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.workspaces import WorktreeManager
 
 __all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
 
@@ -94,6 +95,10 @@ class SessionRunner:
             crashed without progress is sealed ``failed/poison_session``
             instead of being run again (``runtime/redelivery.py``;
             ``bump_epoch`` counts them in the ledger).
+        inbox_limits: the inbox bounds a background child's completion is
+            posted under (DESIGN.md section 8).
+        worktrees: makes the git worktrees of ``isolation: worktree``
+            children (None: such Task calls are refused).
     """
 
     ledger: Ledger[Any]
@@ -110,6 +115,8 @@ class SessionRunner:
     poison_after_crashes: int = DEFAULT_POISON_AFTER_CRASHES
     child_limits: ChildLimits = field(default_factory=ChildLimits)
     publish: Callable[[OutboxRecord], None] | None = None
+    inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    worktrees: WorktreeManager | None = None
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.

@@ -9,6 +9,7 @@ changes a session already queued or running.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "AgentProfile",
     "JobSpec",
     "Limits",
+    "ParentClose",
     "SessionSpec",
     "bound_limits",
     "load_job",
@@ -84,6 +86,18 @@ class Limits(_Spec):
     stop_hook_timeout_s: float = Field(10.0, gt=0)
 
 
+class ParentClose(StrEnum):
+    """What happens to a child still running when its parent ends (Temporal's ParentClosePolicy).
+
+    ``cancel``: the parent's seal requests the child's cancel (and re-dispatches
+    it so a parked child can seal ``cancelled``); ``abandon``: the child keeps
+    running.  DESIGN.md section 8, issue 13.
+    """
+
+    CANCEL = "cancel"
+    ABANDON = "abandon"
+
+
 class AgentProfile(_Spec):
     """A child agent a job's ``Task`` tool may start (issue 13, DESIGN.md section 8).
 
@@ -93,6 +107,8 @@ class AgentProfile(_Spec):
     Attributes:
         system_prompt / provider / tools / tool_choice / contract / limits:
             as in :class:`SessionSpec`, for the child.
+        parent_close: what the parent's end does to this child if it still
+            runs (:class:`ParentClose`; default ``cancel``).
     """
 
     system_prompt: str | None = None
@@ -101,6 +117,7 @@ class AgentProfile(_Spec):
     tool_choice: ToolChoice = ToolChoice.AUTO
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits = Field(default_factory=Limits)
+    parent_close: ParentClose = ParentClose.CANCEL
 
 
 class SessionSpec(_Spec):
@@ -120,6 +137,8 @@ class SessionSpec(_Spec):
             ``runtime/hooks.py``).
         channel: which user-visible events watchers see (``runtime/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (issue 13).
+        parent_close: for a child session, what its parent's end does to it
+            (copied from its profile; ignored for a top-level session).
     """
 
     prompt: str
@@ -133,6 +152,7 @@ class SessionSpec(_Spec):
     stop_hooks: tuple[str, ...] = ()
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
+    parent_close: ParentClose = ParentClose.CANCEL
 
     def child_spec(self, agent: str, prompt: str) -> SessionSpec:
         """The config snapshot of a child started with ``agent``'s profile on ``prompt``.
@@ -154,6 +174,7 @@ class SessionSpec(_Spec):
             limits=profile.limits,
             channel=self.channel,
             agents=self.agents,
+            parent_close=profile.parent_close,
         )
 
 

@@ -40,6 +40,7 @@ from nahida_workers.settings import EMBEDDED_URLS, Settings
 from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Placement, Tool, ToolRegistry
 from nahida_workers.tools.structured import StructuredOutput
+from nahida_workers.workspaces import WorktreeManager
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -213,20 +214,16 @@ def build_fleet(
         ledger, queue, clock, prompt_inline_max_bytes=settings.inline_prompt_max_bytes
     )
     runner.publish = dispatcher.publish  # child sessions and woken parents (section 8)
+    runner.worktrees = WorktreeManager.from_settings(settings)  # isolation: worktree children
     runner.child_limits = ChildLimits(
         max_depth=settings.child_max_depth,
         max_per_session=settings.child_max_per_session,
         max_running_per_root=settings.child_max_running_per_root,
     )
-    inbox = Inbox(
-        ledger,
-        leases,
-        dispatcher,
-        clock,
-        InboxLimits(
-            max_user=settings.inbox_max_user,
-            max_background=settings.inbox_max_background,
-            max_bytes=settings.inbox_max_bytes,
-        ),
-    )
+    runner.inbox_limits = InboxLimits(
+        max_user=settings.inbox_max_user,
+        max_background=settings.inbox_max_background,
+        max_bytes=settings.inbox_max_bytes,
+    )  # background child completions are posted under the same bounds
+    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits)
     return Fleet(settings, ledger, leases, clock, runner, dispatcher, inbox)

@@ -73,14 +73,20 @@ def test_only_completed_is_success() -> None:
     assert adopted_result(ChildView("a", refused="no"))[0] is ToolStatus.ERROR
 
 
-def test_parse_task_validates_and_refuses_unsupported_modes_clearly() -> None:
+def test_parse_task_validates_and_refuses_bad_arguments_clearly() -> None:
     ok = parse_task(ToolCall(call_id="a", name="Task", arguments=args()), ["leaf"])
     assert not isinstance(ok, str) and ok.agent == "leaf"
+    bg = parse_task(ToolCall(call_id="a", name="Task", arguments=args(mode="background")), ["leaf"])
+    assert not isinstance(bg, str) and bg.mode.value == "background"
+    resumed = parse_task(
+        ToolCall(call_id="a", name="Task", arguments=args(mode="background", resume="k")), ["leaf"]
+    )
+    assert not isinstance(resumed, str) and resumed.resume == "k"
+    assert resumed.mode.value == "foreground"  # a resumed call is waited on
     cases = {
         "unknown agent": args("nobody"),
-        "not supported yet": args(mode="background"),
-        "'worktree' is not supported": args(isolation="worktree"),
-        "'resume' is not supported": args(resume="x"),
+        "not a valid TaskMode": args(mode="later"),
+        "'resume' must be": args(resume=""),
         "'prompt' must be": {"description": "d", "agent": "leaf"},
         "unknown argument": args(colour="red"),
     }

@@ -119,7 +119,7 @@ def test_limits_and_unsupported_modes_get_clear_error_results() -> None:
     calls = [
         task("call_a", "alpha"),
         task("call_b", "beta"),
-        task("call_c", "alpha", mode="background"),
+        task("call_c", "alpha", resume="not-a-child"),
         task("call_d", "nobody"),
     ]
     parent = w.submit(parent_spec(calls))
@@ -129,7 +129,7 @@ def test_limits_and_unsupported_modes_get_clear_error_results() -> None:
     texts = [e.payload["content"] for e in adopted]
     assert texts[0] == "Alpha result."
     assert "maximum of 1 children" in texts[1]
-    assert "not supported yet" in texts[2]
+    assert "not a child session of this session" in texts[2]
     assert "unknown agent 'nobody'" in texts[3]
     assert [e.payload["status"] for e in adopted[1:]] == ["error"] * 3
     assert len(child_ledger(runner.ledger).children(parent)) == 1
