@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -161,9 +161,17 @@ def print_run(
     run: RunRecord,
     events: Sequence[Event],
     receipts: Sequence[ExecutionReceipt],
+    children: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """The ordered transcript of a run: every event, tool calls with their receipts."""
+    """The ordered transcript of a run: every event, tool calls with their receipts.
+
+    ``children``: call id -> the child session of that Task call
+    (``cli/tree.py: call_children``), printed under the call with its state;
+    the child id is shown as a prefix unique among the children shown.
+    """
     by_call = {r.call_id: r for r in receipts}
+    children = children or {}
+    short_child = shortener(c["session_id"] for c in children.values())
     state = run.terminal_state.value if run.terminal_state else "open"
     console.print(
         f"[bold]run {run.run_id}[/] session {run.session_id} "
@@ -195,6 +203,13 @@ def print_run(
                 )
             else:
                 console.print("       receipt: none")
+            child = children.get(e.call_id or "")
+            if child is not None:
+                console.print(
+                    f"       child {short_child[child['session_id']]} {_state(child['state'])}"
+                    + (f" {escape(child['reason'])}" if child.get("reason") else "")
+                    + (f" agent {_short(child['agent'])}" if child.get("agent") else "")
+                )
         elif e.type is EventType.TOOL_RESULT:
             flag = " synthetic" if p.get("synthetic") else ""
             console.print(
