@@ -99,7 +99,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
             tool that is not offered.
     """
     _validate_one(spec, settings, "the scripted provider")
-    for name in sorted(spec.agents):  # each Task profile is checked the same way (issue 13)
+    for name in sorted(spec.agents):  # each Task profile, checked alike (DESIGN.md section 8)
         _validate_one(spec.child_spec(name, "-"), settings, f"agent {name!r}'s scripted provider")
 
 
