@@ -314,6 +314,8 @@ def _wait(
         task = progress.add_task("sessions", total=total, age="")
         while True:
             sessions = _read(settings, lambda: fleet.ledger.sessions(batch_id=batch_id))
+            # Child sessions (Task calls) share the batch id; one repo is one top-level session.
+            sessions = [s for s in sessions if s.parent_id is None]
             done = sum(1 for s in sessions if s.status is SessionStatus.DONE)
             age = (datetime.now(UTC) - origin).total_seconds()
             progress.update(task, completed=done, age=_clock(age))

@@ -116,7 +116,7 @@ def batches_rows(ledger: LedgerReader) -> list[dict[str, Any]]:
     """Every batch with its session counts by status (what ``status`` lists)."""
     rows = []
     for batch in ledger.batches():
-        sessions = ledger.sessions(batch_id=batch.batch_id)
+        sessions = [s for s in ledger.sessions(batch_id=batch.batch_id) if s.parent_id is None]
         rows.append(
             {
                 "batch_id": batch.batch_id,
