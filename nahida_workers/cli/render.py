@@ -189,27 +189,8 @@ def print_run(
                 f"{_short(p.get('text'))}"
             )
         elif e.type is EventType.TOOL_CALL:
-            console.print(
-                f"{head} {_short(e.call_id)} {_short(p.get('name'))}"
-                f"({_short(p.get('arguments'), 200)})"
-            )
-            receipt = by_call.get(e.call_id or "")
-            if receipt is not None:
-                ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
-                console.print(
-                    f"       receipt {receipt.status.value} {receipt.evidence_kind.value} "
-                    f"{ms:.1f} ms fp {receipt.input_fingerprint[:12]} "
-                    f"evidence {_short(receipt.evidence, 400)}"
-                )
-            else:
-                console.print("       receipt: none")
             child = children.get(e.call_id or "")
-            if child is not None:
-                console.print(
-                    f"       child {short_child[child['session_id']]} {_state(child['state'])}"
-                    + (f" {escape(child['reason'])}" if child.get("reason") else "")
-                    + (f" agent {_short(child['agent'])}" if child.get("agent") else "")
-                )
+            _print_call(console, head, e, by_call.get(e.call_id or ""), child, short_child)
         elif e.type is EventType.TOOL_RESULT:
             flag = " synthetic" if p.get("synthetic") else ""
             console.print(
@@ -223,6 +204,36 @@ def print_run(
             )
         else:
             console.print(f"{head} {_short(p)}")
+
+
+def _print_call(
+    console: Console,
+    head: str,
+    e: Event,
+    receipt: ExecutionReceipt | None,
+    child: Mapping[str, Any] | None,
+    short_child: Mapping[str, str],
+) -> None:
+    """A tool_call line, its receipt, and (a Task call) its child session with its state."""
+    p = e.payload
+    console.print(
+        f"{head} {_short(e.call_id)} {_short(p.get('name'))}({_short(p.get('arguments'), 200)})"
+    )
+    if receipt is not None:
+        ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
+        console.print(
+            f"       receipt {receipt.status.value} {receipt.evidence_kind.value} "
+            f"{ms:.1f} ms fp {receipt.input_fingerprint[:12]} "
+            f"evidence {_short(receipt.evidence, 400)}"
+        )
+    else:
+        console.print("       receipt: none")
+    if child is not None:
+        console.print(
+            f"       child {short_child[child['session_id']]} {_state(child['state'])}"
+            + (f" {escape(child['reason'])}" if child.get("reason") else "")
+            + (f" agent {_short(child['agent'])}" if child.get("agent") else "")
+        )
 
 
 def summary_sentence(report: dict[str, Any]) -> str:

@@ -107,6 +107,19 @@ def follow(
         if kids is not None:
             kids.refresh()
         return True
+    return _wait_done(client, key, last, emit, kids, timeout_s, block_ms)
+
+
+def _wait_done(
+    client: Any,
+    key: str,
+    last: Any,
+    emit: Callable[[str, dict[str, Any]], None],
+    kids: _Children | None,
+    timeout_s: float,
+    block_ms: int,
+) -> bool:
+    """Follow ``key`` (and the children's streams) from ``last`` until its next ``done``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         streams = {key: last, **(kids.last if kids is not None else {})}
@@ -144,8 +157,6 @@ def watch(
     ``child ID done`` (``--jsonl``: ``session_id`` is the child's,
     ``parent_id`` the watched session's).  Exits 0 when the session is done, 1 on timeout.
     """
-    from rich.markup import escape
-
     from nahida_workers.cli.common import ledger_for
     from nahida_workers.cli.ids import resolve
     from nahida_workers.core.events import SessionStatus
@@ -162,25 +173,10 @@ def watch(
         return session is not None and session.status is SessionStatus.DONE
 
     def emit(kind: str, payload: dict[str, Any]) -> None:
-        if jsonl:
-            line = json.dumps({"session_id": full, "kind": kind, "data": payload})
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        else:
-            out().print(f"[cyan]{escape(kind)}[/] {escape(json.dumps(payload))}", soft_wrap=True)
+        _print_event(jsonl, {"session_id": full}, kind, payload, "")
 
     def emit_child(child: str, kind: str, payload: dict[str, Any]) -> None:
-        if jsonl:
-            line = json.dumps(
-                {"session_id": child, "parent_id": full, "kind": kind, "data": payload}
-            )
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        else:
-            out().print(
-                f"[cyan]child {escape(child)} {escape(kind)}[/] {escape(json.dumps(payload))}",
-                soft_wrap=True,
-            )
+        _print_event(jsonl, {"session_id": child, "parent_id": full}, kind, payload, child)
 
     def children() -> list[tuple[str, str]]:
         kids = child_ledger(ledger).children(full)
@@ -197,6 +193,20 @@ def watch(
     )
     if not done:
         raise typer.Exit(ExitCode.NOT_COMPLETED)
+
+
+def _print_event(
+    jsonl: bool, ids: dict[str, str], kind: str, payload: dict[str, Any], child: str
+) -> None:
+    """One watched event: a JSON line (``ids`` + kind + data), or ``[child ID] kind data``."""
+    if jsonl:
+        sys.stdout.write(json.dumps({**ids, "kind": kind, "data": payload}) + "\n")
+        sys.stdout.flush()
+        return
+    from rich.markup import escape
+
+    label = f"child {escape(child)} {escape(kind)}" if child else escape(kind)
+    out().print(f"[cyan]{label}[/] {escape(json.dumps(payload))}", soft_wrap=True)
 
 
 def _fleet() -> Any:
