@@ -248,9 +248,11 @@ def test_chaos_run_ci_size_loses_nothing_and_repeats_nothing() -> None:
     assert result["kills"]["sigkill session worker"] >= 2
     sent, duplicates = result["steering"]
     assert sent >= 6 and duplicates >= 1
-    # sessions 2 and 12 are parents (2 and 3 children): 20 top-level + 5 children
-    assert result["counts"]["sessions"] == 25
-    assert result["counts"]["child sessions"] == 5
+    # sessions 2 and 12 are parents (2 and 3 children per run); steering after a
+    # parent's run sealed starts a run whose first turn starts its children again
+    children = result["counts"]["child sessions"]
+    assert children >= 5
+    assert result["counts"]["sessions"] == 20 + children
     assert result["counts"]["deliver duplicates"] == 0
     assert result["counts"]["runs not completed"] == 0, out  # outages are ridden out
     assert result["counts"]["calls without a receipt"] == 0, out  # issue 10 item 7
