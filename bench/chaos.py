@@ -32,7 +32,11 @@ proves and which DESIGN.md rule it is):
 6. every hostile session (one in ten meets a FIFO, a catastrophic regex, NUL
    bytes and a 300-character call id: ``chaos_hostile``) ends within its
    budget;
-7. no call of any other session timed out.
+7. no call of any other session timed out;
+8-11. one session in ten is a parent with 2-3 foreground children
+   (``chaos_children``): at most one child per (parent run, call), no parent
+   left ``waiting`` after its children ended, one result adopted per Task
+   call, every child of a completed parent terminal (section 8).
 
 A worker that exits by itself is a failure of the run (it is not replaced).
 
@@ -40,7 +44,8 @@ A worker that exits by itself is a failure of the run (it is not replaced).
 
 Its parts: ``chaos_rig`` (timings, the plan, a private Redis, the tally),
 ``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5),
-``chaos_hostile`` (the hostile-input fault, checks 6-7) and
+``chaos_hostile`` (the hostile-input fault, checks 6-7), ``chaos_children``
+(parents with children, checks 8-11) and
 ``chaos_diagnose`` (what a run that did not drain left behind).
 """
 
@@ -78,6 +83,7 @@ from bench.chaos_checks import (
     log_counts,
     read_deliveries,
 )
+from bench.chaos_children import check_children, is_parent, parent_spec
 from bench.chaos_diagnose import describe_stuck, unfinished
 from bench.chaos_faults import Chaos
 from bench.chaos_hostile import (
@@ -277,6 +283,8 @@ def dispatch_stream(
         spec = (
             hostile_spec(i, deliveries)
             if is_hostile(i)
+            else parent_spec(i)
+            if is_parent(i)
             else scripted_spec(
                 script(i, deliveries),
                 prompt=f"Survey the repository and deliver the note (session {i}).",
@@ -485,7 +493,7 @@ def report(
     plan: Plan, ledger: SqlLedger, tally: Tally, deliveries: Path, workers: list[Worker],
     *, drained: bool,
 ) -> int:  # fmt: skip
-    """Run the five checks on the quiet ledger, print the summary; the exit code."""
+    """Run the checks on the quiet ledger, print the summary; the exit code."""
     dump = retry(lambda: LedgerDump.read(ledger), what="read the ledger")
     found = Findings()
     check_terminals(dump, found)
@@ -496,6 +504,7 @@ def report(
     count_calls_without_receipt(dump, found)
     check_hostile_budget(dump, found)
     check_no_collateral_timeouts(dump, found)
+    check_children(dump, ledger, found)
     extra: dict[str, Any] = {
         "pg backends terminated": tally.pg_backends_terminated,
         "sweeps (errors)": f"{tally.sweeps} ({dict(tally.sweep_errors) or 'none'})",

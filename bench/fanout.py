@@ -23,6 +23,7 @@ back fast and fake a good ratio), and the tool worker's log must show it ran
 every remote call.
 
     python -m bench.fanout            # exits 1 if the 1.3 target fails
+    python -m bench.fanout --subagents [--quick]   # child sessions: bench/fanout_children.py
     python -m bench.fanout --quick    # CI smoke: few repetitions; reports the
                                       # target, exits 1 only if the batch ran
                                       # no faster than half the sequential time
@@ -206,6 +207,11 @@ def measure(rig: Rig, args: argparse.Namespace) -> tuple[bool, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--subagents" in argv:  # subagent fan-out: bench/fanout_children.py
+        from bench.fanout_children import main as subagents
+
+        return subagents([a for a in argv if a != "--subagents"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=8, help="calls per parallel batch")
     parser.add_argument("--ms", type=int, default=200, help="duration of each call")

@@ -102,7 +102,7 @@ class WorkspaceUnavailableError(UserError):
     """The session's workspace is not usable here: missing, not a directory, not git.
 
     Workspaces must be reachable by the worker that runs the session (one host,
-    or a filesystem every worker mounts at the same path; issue 13 item 6).
+    or a filesystem every worker mounts at the same path; DESIGN.md section 8).
     Raised before anything is created, so nothing is left behind.
 
     Attributes:

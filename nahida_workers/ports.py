@@ -459,7 +459,7 @@ class Ledger(
 
 
 class ChildLedger(Protocol[TxIn]):
-    """Child sessions in the ledger (DESIGN.md section 8, issue 13).
+    """Child sessions in the ledger (DESIGN.md section 8).
 
     A narrow port next to :class:`Ledger`: adapters are
     ``ledger/memory_children.py`` and ``ledger/sql_children.py``, each

@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     # exceed it, or an on-time fire can be recorded missed.
     schedule_tick_s: float = Field(5.0, gt=0)
 
-    # -- git worktrees (issue 13 item 6, case B22) -----------------------------
+    # -- git worktrees (DESIGN.md section 8, case B22) --------------------------
     # Directory of session worktrees; empty = beside each repository, in
     # <repository parent>/.nahida-worktrees/<repository name>/<session id>.
     worktree_root: str = ""

@@ -34,6 +34,7 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
+from nahida_workers.ledger.children import child_ledger
 from nahida_workers.runtime.dispatcher import provider_labels
 from nahida_workers.runtime.spec import JobSpec, validation_summary
 from nahida_workers.runtime.wiring import Fleet, provider_for, registry_for
@@ -131,7 +132,7 @@ def _session_routes(v1: APIRouter, services: Services) -> None:
         full = resolve(ledger, "session", _id(session_id))
         session = ledger.get_session(full)
         assert session is not None
-        children = [s.session_id for s in ledger.sessions() if s.parent_id == full]
+        children = [s.session_id for s in child_ledger(ledger).children(full)]
         return {
             "session": session.model_dump(mode="json"),
             "runs": [r.model_dump(mode="json") for r in ledger.runs_of(full)],

@@ -99,7 +99,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
             tool that is not offered.
     """
     _validate_one(spec, settings, "the scripted provider")
-    for name in sorted(spec.agents):  # each Task profile is checked the same way (issue 13)
+    for name in sorted(spec.agents):  # each Task profile, checked alike (DESIGN.md section 8)
         _validate_one(spec.child_spec(name, "-"), settings, f"agent {name!r}'s scripted provider")
 
 
@@ -314,6 +314,8 @@ def _wait(
         task = progress.add_task("sessions", total=total, age="")
         while True:
             sessions = _read(settings, lambda: fleet.ledger.sessions(batch_id=batch_id))
+            # Child sessions (Task calls) share the batch id; one repo is one top-level session.
+            sessions = [s for s in sessions if s.parent_id is None]
             done = sum(1 for s in sessions if s.status is SessionStatus.DONE)
             age = (datetime.now(UTC) - origin).total_seconds()
             progress.update(task, completed=done, age=_clock(age))

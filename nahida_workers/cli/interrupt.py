@@ -120,7 +120,8 @@ def run_interruptible(
         if presses.count == 0:
             signal.signal(signal.SIGINT, previous)
     in_flight = stop_in_flight(fleet, batch_id, fence=local)
-    done = len(fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE]))
+    finished = fleet.ledger.sessions(batch_id=batch_id, statuses=[SessionStatus.DONE])
+    done = sum(1 for s in finished if s.parent_id is None)  # children are not repositories
     left = (
         f"{len(in_flight)} in flight interrupted (resumable)"
         if local

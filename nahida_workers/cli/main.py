@@ -244,25 +244,55 @@ def runs_show(
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print every event of a run in order, tool calls with their receipts."""
+    """Print every event of a run in order, tool calls with their receipts.
+
+    A Task call is followed by its child session and the child's state
+    (``--json``: ``children``, call id -> the child's full id, status, state).
+    """
     from nahida_workers.cli import render
     from nahida_workers.cli.ids import resolve
+    from nahida_workers.cli.tree import call_children
 
     ledger = ledger_for(settings_for(local, db))
     full = resolve(ledger, "run", run_id)
     run = ledger.get_run(full)
     assert run is not None  # resolve found it
     events, receipts = ledger.events(full), ledger.receipts(full)
+    children = call_children(ledger, run, receipts)
     if as_json:
         print_json(
             {
                 "run": run.model_dump(mode="json"),
                 "events": [e.model_dump(mode="json") for e in events],
                 "receipts": [r.model_dump(mode="json") for r in receipts],
+                "children": children,
             }
         )
         return
-    render.print_run(out(), run, events, receipts)
+    render.print_run(out(), run, events, receipts, children)
+
+
+@app.command()
+def tree(
+    session_id: Annotated[str, typer.Argument(help="The session id or a unique prefix.")],
+    local: LocalOpt = False,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a session and its child sessions, recursively, with states, runs and durations.
+
+    ``--json``: one nested document with full ids (DESIGN.md section 8).
+    """
+    from nahida_workers.cli.ids import resolve
+    from nahida_workers.cli.tree import session_tree, tree_render
+
+    ledger = ledger_for(settings_for(local, db))
+    full = resolve(ledger, "session", session_id)
+    doc = session_tree(ledger, full)
+    if as_json:
+        print_json(doc)
+        return
+    out().print(tree_render(doc))
 
 
 app.add_typer(schedule_app, name="schedule")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -116,7 +116,7 @@ def batches_rows(ledger: LedgerReader) -> list[dict[str, Any]]:
     """Every batch with its session counts by status (what ``status`` lists)."""
     rows = []
     for batch in ledger.batches():
-        sessions = ledger.sessions(batch_id=batch.batch_id)
+        sessions = [s for s in ledger.sessions(batch_id=batch.batch_id) if s.parent_id is None]
         rows.append(
             {
                 "batch_id": batch.batch_id,
@@ -161,9 +161,17 @@ def print_run(
     run: RunRecord,
     events: Sequence[Event],
     receipts: Sequence[ExecutionReceipt],
+    children: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
-    """The ordered transcript of a run: every event, tool calls with their receipts."""
+    """The ordered transcript of a run: every event, tool calls with their receipts.
+
+    ``children``: call id -> the child session of that Task call
+    (``cli/tree.py: call_children``), printed under the call with its state;
+    the child id is shown as a prefix unique among the children shown.
+    """
     by_call = {r.call_id: r for r in receipts}
+    children = children or {}
+    short_child = shortener(c["session_id"] for c in children.values())
     state = run.terminal_state.value if run.terminal_state else "open"
     console.print(
         f"[bold]run {run.run_id}[/] session {run.session_id} "
@@ -181,20 +189,8 @@ def print_run(
                 f"{_short(p.get('text'))}"
             )
         elif e.type is EventType.TOOL_CALL:
-            console.print(
-                f"{head} {_short(e.call_id)} {_short(p.get('name'))}"
-                f"({_short(p.get('arguments'), 200)})"
-            )
-            receipt = by_call.get(e.call_id or "")
-            if receipt is not None:
-                ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
-                console.print(
-                    f"       receipt {receipt.status.value} {receipt.evidence_kind.value} "
-                    f"{ms:.1f} ms fp {receipt.input_fingerprint[:12]} "
-                    f"evidence {_short(receipt.evidence, 400)}"
-                )
-            else:
-                console.print("       receipt: none")
+            child = children.get(e.call_id or "")
+            _print_call(console, head, e, by_call.get(e.call_id or ""), child, short_child)
         elif e.type is EventType.TOOL_RESULT:
             flag = " synthetic" if p.get("synthetic") else ""
             console.print(
@@ -208,6 +204,36 @@ def print_run(
             )
         else:
             console.print(f"{head} {_short(p)}")
+
+
+def _print_call(
+    console: Console,
+    head: str,
+    e: Event,
+    receipt: ExecutionReceipt | None,
+    child: Mapping[str, Any] | None,
+    short_child: Mapping[str, str],
+) -> None:
+    """A tool_call line, its receipt, and (a Task call) its child session with its state."""
+    p = e.payload
+    console.print(
+        f"{head} {_short(e.call_id)} {_short(p.get('name'))}({_short(p.get('arguments'), 200)})"
+    )
+    if receipt is not None:
+        ms = (receipt.finished_at - receipt.started_at).total_seconds() * 1000
+        console.print(
+            f"       receipt {receipt.status.value} {receipt.evidence_kind.value} "
+            f"{ms:.1f} ms fp {receipt.input_fingerprint[:12]} "
+            f"evidence {_short(receipt.evidence, 400)}"
+        )
+    else:
+        console.print("       receipt: none")
+    if child is not None:
+        console.print(
+            f"       child {short_child[child['session_id']]} {_state(child['state'])}"
+            + (f" {escape(child['reason'])}" if child.get("reason") else "")
+            + (f" agent {_short(child['agent'])}" if child.get("agent") else "")
+        )
 
 
 def summary_sentence(report: dict[str, Any]) -> str:

@@ -95,9 +95,22 @@ def _queued_seconds(events: list[Event], started_at: datetime) -> float | None:
 def batch_report(
     ledger: LedgerReader, batch_id: str, *, started_at: datetime | None = None
 ) -> dict[str, Any]:
-    """The JSON report of a batch: sessions in dispatch order plus a summary."""
+    """The JSON report of a batch: its top-level sessions in dispatch order plus a summary.
+
+    Child sessions (Task calls, DESIGN.md section 8) share their parent's
+    batch id; they are not rows of their own: each row's ``children`` lists
+    its direct children's ids (``nahida tree SESSION_ID`` shows the tree).
+    """
     batch = ledger.get_batch(batch_id)
-    rows = [session_row(ledger, s) for s in ledger.sessions(batch_id=batch_id)]
+    every = ledger.sessions(batch_id=batch_id)
+    kids: dict[str, list[str]] = {}
+    for s in every:
+        if s.parent_id is not None:
+            kids.setdefault(s.parent_id, []).append(s.session_id)
+    rows = []
+    for s in every:
+        if s.parent_id is None:
+            rows.append({**session_row(ledger, s), "children": kids.get(s.session_id, [])})
     counts = Counter(r["terminal_state"] or r["status"] for r in rows)
     return {
         "batch_id": batch_id,

@@ -23,6 +23,47 @@ def _entry(fields: dict[Any, Any]) -> tuple[str, dict[str, Any]]:
     return str(data.get("kind")), json.loads(data.get("data", "{}"))
 
 
+class _Children:
+    """The streams of a session's children, discovered as they appear (``watch``)."""
+
+    def __init__(
+        self,
+        client: Any,
+        children: Callable[[], list[tuple[str, str]]],
+        emit_child: Callable[[str, str, dict[str, Any]], None],
+    ) -> None:
+        self.client, self.children, self.emit_child = client, children, emit_child
+        self.last: dict[str, str] = {}  # stream key -> last entry id read
+        self.owner: dict[str, str] = {}  # stream key -> child session id
+
+    def refresh(self) -> None:
+        """Find new children; print the ``done`` entries already in their streams."""
+        for child, key in self.children():
+            if key not in self.last:
+                self.last[key], self.owner[key] = "0-0", child
+        self.drain()
+
+    def drain(self) -> None:
+        """Read every child stream to its end (non-blocking), printing ``done`` entries."""
+        for key, last in list(self.last.items()):
+            for entry_id, fields in self.client.xrange(key, _after(last), "+"):
+                self.last[key] = _id(entry_id)
+                self.take(key, fields)
+
+    def take(self, key: str, fields: dict[Any, Any]) -> None:
+        kind, payload = _entry(fields)
+        if kind == "done":
+            self.emit_child(self.owner[key], kind, payload)
+
+
+def _id(entry_id: Any) -> str:
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
+def _after(entry_id: str) -> str:
+    return "-" if entry_id == "0-0" else f"({entry_id}"
+
+
 def follow(
     client: Any,
     key: str,
@@ -31,6 +72,8 @@ def follow(
     emit: Callable[[str, dict[str, Any]], None],
     timeout_s: float,
     block_ms: int = 1000,
+    children: Callable[[], list[tuple[str, str]]] | None = None,
+    emit_child: Callable[[str, str, dict[str, Any]], None] | None = None,
 ) -> bool:
     """Print a session's stream so far, then follow it until its current run is done.
 
@@ -41,24 +84,59 @@ def follow(
     that ends in between is seen either in the history (and the session is
     done) or as a new entry.
 
+    Children (DESIGN.md section 8): ``children()`` returns ``(child session
+    id, stream key)`` pairs, read again at every wake-up; the ``done``
+    entries of their streams go to ``emit_child(child_id, "done", payload)``
+    (history included), and once the session is done every child stream is
+    read to its end, so no child's ``done`` written before the parent's is
+    missed.
+
     Returns:
         True when the session is done; False when ``timeout_s`` seconds passed.
     """
+    kids = _Children(client, children, emit_child or (lambda c, k, p: None)) if children else None
     last = "0-0"
+    if kids is not None:
+        kids.refresh()
     for entry_id, fields in client.xrange(key, "-", "+"):
         last = entry_id
         emit(*_entry(fields))
     if session_done():
+        if kids is not None:
+            kids.refresh()
         return True
+    return _wait_done(client, key, last, emit, kids, timeout_s, block_ms)
+
+
+def _wait_done(
+    client: Any,
+    key: str,
+    last: Any,
+    emit: Callable[[str, dict[str, Any]], None],
+    kids: _Children | None,
+    timeout_s: float,
+    block_ms: int,
+) -> bool:
+    """Follow ``key`` (and the children's streams) from ``last`` until its next ``done``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for _stream, entries in client.xread({key: last}, block=block_ms, count=100) or []:
+        streams = {key: last, **(kids.last if kids is not None else {})}
+        for stream, entries in client.xread(streams, block=block_ms, count=100) or []:
+            name = _id(stream)
             for entry_id, fields in entries:
+                if name != key and kids is not None:
+                    kids.last[name] = _id(entry_id)
+                    kids.take(name, fields)
+                    continue
                 last = entry_id
                 kind, payload = _entry(fields)
                 emit(kind, payload)
                 if kind == "done":
+                    if kids is not None:
+                        kids.refresh()
                     return True
+        if kids is not None:
+            kids.refresh()
     return False
 
 
@@ -73,13 +151,14 @@ def watch(
 ) -> None:
     """Print a session's user-visible events (its channel policy decides which) until done.
 
-    Exits 0 when the session is done, 1 on timeout.
+    The ``done`` event of each of its child sessions is printed too, as
+    ``child ID done`` (``--jsonl``: ``session_id`` is the child's,
+    ``parent_id`` the watched session's).  Exits 0 when the session is done, 1 on timeout.
     """
-    from rich.markup import escape
-
     from nahida_workers.cli.common import ledger_for
     from nahida_workers.cli.ids import resolve
     from nahida_workers.core.events import SessionStatus
+    from nahida_workers.ledger.children import child_ledger
     from nahida_workers.runtime.channel import stream_key
     from nahida_workers.runtime.wiring import redis_client
 
@@ -92,12 +171,14 @@ def watch(
         return session is not None and session.status is SessionStatus.DONE
 
     def emit(kind: str, payload: dict[str, Any]) -> None:
-        if jsonl:
-            line = json.dumps({"session_id": full, "kind": kind, "data": payload})
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        else:
-            out().print(f"[cyan]{escape(kind)}[/] {escape(json.dumps(payload))}", soft_wrap=True)
+        _print_event(jsonl, {"session_id": full}, kind, payload, "")
+
+    def emit_child(child: str, kind: str, payload: dict[str, Any]) -> None:
+        _print_event(jsonl, {"session_id": child, "parent_id": full}, kind, payload, child)
+
+    def children() -> list[tuple[str, str]]:
+        kids = child_ledger(ledger).children(full)
+        return [(k.session_id, stream_key(k.session_id, settings.redis_key_prefix)) for k in kids]
 
     done = follow(
         redis_client(settings),
@@ -105,9 +186,25 @@ def watch(
         session_done=session_done,
         emit=emit,
         timeout_s=timeout,
+        children=children,
+        emit_child=emit_child,
     )
     if not done:
         raise typer.Exit(ExitCode.NOT_COMPLETED)
+
+
+def _print_event(
+    jsonl: bool, ids: dict[str, str], kind: str, payload: dict[str, Any], child: str
+) -> None:
+    """One watched event: a JSON line (``ids`` + kind + data), or ``[child ID] kind data``."""
+    if jsonl:
+        sys.stdout.write(json.dumps({**ids, "kind": kind, "data": payload}) + "\n")
+        sys.stdout.flush()
+        return
+    from rich.markup import escape
+
+    label = f"child {escape(child)} {escape(kind)}" if child else escape(kind)
+    out().print(f"[cyan]{label}[/] {escape(json.dumps(payload))}", soft_wrap=True)
 
 
 def _fleet() -> Any:

@@ -104,7 +104,7 @@ sessions = Table(
     # Added by migration 0004: the durable crash counter.
     Column("open_epoch", BigInteger, nullable=True),
     Column("crash_streak", Integer, nullable=False, server_default=text("0")),
-    # Added by migration 0007: child sessions (issue 13, ``ledger/sql_children.py``).
+    # Added by migration 0007: child sessions (DESIGN.md section 8, ``ledger/sql_children.py``).
     Column("root_id", String(64), nullable=True),
     Column("depth", Integer, nullable=False, server_default=text("0")),
     Column("lineage_json", Json, nullable=True),

@@ -1,4 +1,4 @@
-"""The child-session port on the SQL ledger (``ports.ChildLedger``, issue 13).
+"""The child-session port on the SQL ledger (``ports.ChildLedger``, DESIGN.md section 8).
 
 Composed over a :class:`~nahida_workers.ledger.sql.SqlLedger`; writes run in
 its transactions.  Lock order is always child before ancestor (a child's

@@ -176,7 +176,7 @@ def unknown_script_tools(provider: Mapping[str, Any], offered: set[str]) -> list
 
 
 def unknown_script_agents(provider: Mapping[str, Any], agents: set[str]) -> list[str]:
-    """Agent names the script's ``Task`` calls start that are not in ``agents`` (issue 13).
+    """The agents the script's ``Task`` calls start that ``agents`` lacks (DESIGN.md section 8).
 
     Raises:
         ConfigError: a script is missing or malformed.

@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from nahida_workers.cli.ids import resolve, shortener
 from nahida_workers.cli.report import batch_report
+from nahida_workers.ledger.children import child_ledger
 from nahida_workers.web.templates import TEMPLATES
 from nahida_workers.web.timeline import bars_of, overlapping_pairs, timeline_svg
 
@@ -104,7 +105,7 @@ def _add_listing_pages(router: APIRouter, ledger: Any) -> None:
         session = ledger.get_session(full)
         assert session is not None
         runs = ledger.runs_of(full)
-        children = [s for s in ledger.sessions() if s.parent_id == full]
+        children = child_ledger(ledger).children(full)
         return _render("session.html", session=session, runs=runs, children=children)
 
 

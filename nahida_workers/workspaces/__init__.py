@@ -1,4 +1,4 @@
-"""Session workspaces: one git worktree per session (issue 13 item 6, case B22).
+"""Session workspaces: one git worktree per session (DESIGN.md section 8, case B22).
 
 Usage by a launcher (the ``Task`` tool with ``isolation: worktree``)::
 

@@ -1,6 +1,6 @@
 """Names and values of session worktrees: the branch, the base ref, the default path.
 
-Naming (issue 13 item 6, case B22):
+Naming (DESIGN.md section 8, case B22):
 
 * branch ``nahida/<session id>`` (``refs/heads/nahida/<session id>``): the
   session's work, kept after the worktree is removed (it holds the result);

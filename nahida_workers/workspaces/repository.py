@@ -2,8 +2,8 @@
 
 :func:`open_repository` refuses clearly, before anything is created, when the
 workspace is not there on this worker or is not inside a git working tree
-(issue 13 item 6: "Workspaces must be reachable by the worker that runs the
-session").  :func:`resolve_base` gives the commit a caller records before it
+(DESIGN.md section 8; a workspace must be reachable by the worker that runs
+the session).  :func:`resolve_base` gives the commit a caller records before it
 asks for a worktree, and :func:`list_worktrees` parses ``git worktree list``
 (call it under the repository lock: it reads every registration, and fails
 while another process is writing one).

@@ -1,4 +1,4 @@
-"""One git worktree per session, made safe for parallel sessions (issue 13 item 6, case B22).
+"""One git worktree per session, made safe for parallel sessions (DESIGN.md section 8, case B22).
 
 :class:`WorktreeManager` gives a session its own worktree on branch
 ``nahida/<session id>``, commits what the session left on that branch when it

@@ -83,3 +83,13 @@ def test_fanout_benchmark_quick_mode_runs_the_batch_in_parallel() -> None:
     assert "added cost per fanned-out call: remote " in out
     assert "(inline baseline " in out
     assert "tool worker ran " in out
+
+
+@pytest.mark.usefixtures("servers")
+def test_subagent_fanout_benchmark_quick_mode_holds_its_invariants() -> None:
+    # Figures are reported, never asserted (a shared machine); the run exits 1
+    # when a parent did not adopt one result per child in call order.
+    out = run_bench("bench.fanout", "--subagents", "--quick", timeout_s=180)
+    assert "subagent wall ratio (8 children / 1 child): " in out
+    assert "added cost per child: " in out and " ms " in out
+    assert "invariants: every session completed; 5 parents adopted one result" in out

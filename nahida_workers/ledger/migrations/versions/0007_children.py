@@ -1,4 +1,4 @@
-"""Child sessions: lineage and the children a parked parent awaits (issue 13).
+"""Child sessions: lineage and the children a parked parent awaits (DESIGN.md section 8).
 
 Revision ID: 0007_children
 Revises: 0006_schedules
