@@ -627,7 +627,7 @@ def _commit_point(ledger: SqlLedger, w: Any, epoch: int, path: str, sequence: in
             )
         return
     with ledger.transaction(fence=fence, run_id=None if path == "slow" else w.run_id) as tx:
-        ledger.append_events(tx, [user_input(w.run_id, sequence, "stale owner")])
+        ledger.append(tx, [user_input(w.run_id, sequence, "stale owner")])
 
 
 @pytest.mark.parametrize("path", ["first", "carried", "seal", "slow"])
@@ -650,7 +650,7 @@ def test_a_writer_blocked_behind_an_epoch_bump_sees_the_new_epoch_and_writes_not
     e = w.bump()
     if path in ("carried", "seal"):  # the owner has committed before: facts are carried
         with ledger.transaction(fence=Fence(w.session_id, e), run_id=w.run_id) as tx:
-            ledger.append_events(tx, [user_input(w.run_id, 2, "owner e")])
+            ledger.append(tx, [user_input(w.run_id, 2, "owner e")])
     before = ledger.events(w.run_id)
     _, release = _hold_a_bump(ledger, w.session_id)
     outcome: list[BaseException | None] = []
