@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import RunError
 from nahida_workers.logs import bind_log_context
 from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
@@ -52,7 +53,24 @@ def run_session_delivery(
         raise task.retry(exc=exc, countdown=countdown) from exc
     if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
         _follow_up(task, current, session_id, outcome, tag=tag, seen_owner=seen_owner, hop=hop)
+    elif outcome is SessionOutcome.PARKED:
+        _woken_while_parking(task, current, session_id)
     return outcome.value
+
+
+def _woken_while_parking(task: Any, current: Fleet, session_id: str) -> None:
+    """Deliver at once a session its last child woke while it still held the lease.
+
+    A wake that lands between the park commit and the lease release finds
+    the lease held and would follow up only when that lease could expire
+    (a whole TTL).  The lease is released now: if the session is no longer
+    ``waiting``, it was woken meanwhile -- publish a delivery now.  A
+    duplicate of the wake's own delivery is harmless (case B01).
+    """
+    session = current.ledger.get_session(session_id)
+    if session is not None and session.status is SessionStatus.QUEUED:
+        task.apply_async(args=[session_id])
+        log.info("session %s: woken while it parked; delivered again at once", session_id)
 
 
 def _follow_up(

@@ -75,6 +75,13 @@ class MemoryChildren:
             led.tables.put(tx, led.tables.inbox, message.message_id, storable(message))
         if parent.status is not SessionStatus.WAITING:
             return False
+        link = self._links.get(parent.session_id)
+        awaiting = link.awaiting if link is not None else ()
+        if not all(
+            (s := led.tables.sessions.get(cid)) is not None and s.status is SessionStatus.DONE
+            for cid in awaiting
+        ):
+            return False  # the last awaited child to finish wakes it
         led._update_session(tx, parent.session_id, status=SessionStatus.QUEUED, updated_at=at)
         led.add_outbox(tx, outbox)
         return True

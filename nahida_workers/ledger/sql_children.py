@@ -116,9 +116,30 @@ class SqlChildren:
     def post_child_completion(
         self, tx: SqlTx, message: InboxMessage, outbox: OutboxRecord, *, at: datetime
     ) -> bool:
-        """The completion into the parent's inbox; wake a ``waiting`` parent (returns True)."""
+        """The completion into the parent's inbox; wake a ``waiting`` parent (returns True).
+
+        The parent is woken only when every child it awaits is done: its next
+        step needs all their results (adopted in call order), so a wake per
+        child would only park it again.  The parent row is locked first, so
+        of two children sealing at once the second sees the first done
+        (READ COMMITTED: each statement after the lock reads what committed).
+        """
         self.ledger.enqueue_inbox(tx, message, _UNBOUNDED)  # locks the parent row
         s = t.sessions.c
+        parent = tx.conn.execute(
+            select(s.status, s.awaiting_json).where(s.session_id == message.session_id)
+        ).first()
+        if parent is None or parent.status != SessionStatus.WAITING.value:
+            return False
+        awaiting = [str(a) for a in (parent.awaiting_json or ())]
+        if awaiting:
+            done = tx.conn.execute(
+                select(func.count())
+                .select_from(t.sessions)
+                .where(s.session_id.in_(awaiting), s.status == SessionStatus.DONE.value)
+            ).scalar_one()
+            if done < len(set(awaiting)):
+                return False  # the last awaited child to finish wakes it
         woke = tx.conn.execute(
             update(t.sessions)
             .where(s.session_id == message.session_id, s.status == SessionStatus.WAITING.value)

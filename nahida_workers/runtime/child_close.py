@@ -62,8 +62,9 @@ def post_completion(
     *,
     limits: InboxLimits,
     at: datetime,
+    child: str,
 ) -> bool:
-    """Post ``message`` (a child's completion) in ``tx``; True when it woke the parent.
+    """Post ``message`` (``child``'s completion) in ``tx``; True when it woke the parent.
 
     ``message.next_turn`` marks a background child's completion: bounded by
     ``limits`` (see the module docstring); a foreground one is not.
@@ -72,11 +73,22 @@ def post_completion(
         try:
             ledger.enqueue_inbox(tx, message, limits)  # locks the parent row
         except InboxFullError as exc:
-            parent = ledger.get_session(message.session_id)
-            if parent is None or parent.status is not SessionStatus.WAITING:
+            if not _awaited(ledger, children, message.session_id, child):
                 log.warning("child completion %s not posted: %s", message.message_id, exc)
                 return False
     return children.post_child_completion(tx, message, wake, at=at)
+
+
+def _awaited(ledger: CloseLedger[Any], children: ChildLedger[Any], parent: str, child: str) -> bool:
+    """Whether ``parent`` is parked waiting on ``child`` (a resume wait must end)."""
+    session = ledger.get_session(parent)
+    link = children.link(parent)
+    return (
+        session is not None
+        and session.status is SessionStatus.WAITING
+        and link is not None
+        and child in link.awaiting
+    )
 
 
 def unfinished_children(children: ChildLedger[Any], parent_id: str) -> list[str]:

@@ -393,7 +393,14 @@ class CommitPoints:
         )
         outbox = wake_outbox(parent, child, run.run_id, now)
         woke = post_completion(
-            self.ledger, family.children, tx, message, outbox, limits=family.inbox_limits, at=now
+            self.ledger,
+            family.children,
+            tx,
+            message,
+            outbox,
+            limits=family.inbox_limits,
+            at=now,
+            child=child,
         )
         return [outbox] if woke else []
 

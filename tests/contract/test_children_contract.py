@@ -124,7 +124,8 @@ def test_park_then_completion_wakes_the_parent_once(ledger: Any) -> None:
         assert children.park(tx, "s-1", ["k1"], at=at(2))
     assert ledger.get_session("s-1").status is SessionStatus.WAITING
     assert children.link("s-1").awaiting == ("k1",)
-    with ledger.transaction() as tx:
+    with ledger.transaction() as tx:  # the child's seal: done, then its post
+        ledger.set_session_status(tx, "k1", SessionStatus.DONE, at=at(3))
         woke = children.post_child_completion(
             tx, completion("k1"), outbox("ob-wake", "s-1"), at=at(3)
         )
@@ -138,6 +139,33 @@ def test_park_then_completion_wakes_the_parent_once(ledger: Any) -> None:
     assert [m.message_id for m in inbox] == ["child-done:k1"]
     assert {o.outbox_id for o in ledger.pending_outbox()} >= {"ob-wake"}
     assert "ob-2" not in {o.outbox_id for o in ledger.pending_outbox()}
+
+
+def test_only_the_last_awaited_child_to_finish_wakes_the_parent(ledger: Any) -> None:
+    """A wake per child would only park the parent again: the last one wakes it."""
+    w = make_world(ledger)
+    children = child_ledger(ledger)
+    with w.ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
+        w.ledger.append(tx, [tool_call(w.run_id, 2, "c-k1"), tool_call(w.run_id, 3, "c-k2")])
+        for cid in ("k1", "k2"):
+            children.spawn_child(tx, *child_rows(w.session_id, cid), LIMITS)
+    with ledger.transaction(fence=w.fence) as tx:
+        assert children.park(tx, "s-1", ["k1", "k2"], at=at(2))
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, "k2", SessionStatus.DONE, at=at(3))
+        first = children.post_child_completion(
+            tx, completion("k2"), outbox("wake-k2", "s-1"), at=at(3)
+        )
+    assert not first and ledger.get_session("s-1").status is SessionStatus.WAITING
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, "k1", SessionStatus.DONE, at=at(4))
+        last = children.post_child_completion(
+            tx, completion("k1"), outbox("wake-k1", "s-1"), at=at(4)
+        )
+    assert last and ledger.get_session("s-1").status is SessionStatus.QUEUED
+    pending = {o.outbox_id for o in ledger.pending_outbox()}
+    assert "wake-k1" in pending and "wake-k2" not in pending
+    assert len(ledger.inbox("s-1", statuses=[InboxStatus.PENDING])) == 2
 
 
 def test_park_refuses_when_every_awaited_child_is_done(ledger: Any) -> None:
