@@ -8,7 +8,10 @@ chunk with empty ``choices`` when ``stream_options.include_usage`` is set, then
 
 It serves the same script format as :class:`ScriptedProvider` and is
 stateless: the turn served is the number of assistant messages in the request,
-so a run resumed after a crash continues at the right turn.  ``${result:...}``
+so a run resumed after a crash continues at the right turn.  A later run of a
+session sends the earlier runs' history too, so its turns are counted after
+theirs: the script's ``turns`` then each of ``next_runs``, in order (exact as
+long as every run used exactly its own turns -- a correction turn shifts it).  ``${result:...}``
 references resolve exactly as in ``scripted.py`` (its ``scripted_turn`` is
 reused on a neutral request read back from the body).  A script ``error`` turn
 answers with its HTTP status, an OpenAI-style error body and ``Retry-After``;
@@ -156,7 +159,9 @@ class _Handler(BaseHTTPRequestHandler):
         mock = self.server.mock
         mock.record(body)
         request = request_from_openai_body(body)
-        turns = mock.script.turns
+        # A later run's request holds the session's earlier runs too (their
+        # assistant messages count): its turns follow the earlier runs' turns.
+        turns = tuple(t for run in (mock.script.turns, *mock.script.next_runs) for t in run)
         if request.turn_index >= len(turns):
             message = f"script exhausted: no turn {request.turn_index} (script has {len(turns)})"
             self._error(400, message, FailureCode.SCRIPT_EXHAUSTED.value)

@@ -162,3 +162,19 @@ def test_close_is_idempotent_and_frees_the_port() -> None:
     srv.close()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/models", timeout=1)
+
+
+def test_a_later_run_with_the_earlier_runs_history_gets_its_own_turns() -> None:
+    """Run 2's request holds run 1's messages: its turns are counted after run 1's."""
+    script = {"turns": [{"text": "First run's answer."}], "next_runs": [[{"text": "Second."}]]}
+    with serve_mock_llm(script) as srv:
+        provider = provider_for(srv)
+        first = provider.complete(request(UserMessage(text="Task one.")))
+        second = provider.complete(
+            request(
+                UserMessage(text="Task one."),
+                AssistantMessage(text=first.text),
+                UserMessage(text="Now task two."),
+            )
+        )
+    assert (first.text, second.text) == ("First run's answer.", "Second.")
