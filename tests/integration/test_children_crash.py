@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.core.events import EventType
+from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.children import child_id
 from nahida_workers.runtime.pause_points import PAUSE_ENV
 from nahida_workers.testing import scripted_spec
@@ -55,11 +56,8 @@ def _fleet(postgres_url: str, redis_server: str, tmp_path: Path, **env: str) -> 
 
 
 def test_parent_killed_after_spawning_before_parking_adopts_each_child_once(
-    postgres_url: str, redis_server: str, pg: object, tmp_path: Path
+    postgres_url: str, redis_server: str, pg: SqlLedger, tmp_path: Path
 ) -> None:
-    from nahida_workers.ledger.sql import SqlLedger
-
-    assert isinstance(pg, SqlLedger)
     fleet = _fleet(postgres_url, redis_server, tmp_path, **{PAUSE_ENV: "commit_turn"})
     try:
         worker = fleet.start_worker(name="pf", concurrency=2, pool="prefork")
@@ -82,6 +80,8 @@ def test_parent_killed_after_spawning_before_parking_adopts_each_child_once(
         (run,) = pg.runs_of(parent)
         kids = [child_id(run.run_id, c) for c in CALLS]
         assert all(pg.get_session(k) is not None for k in kids), "committed before the pause"
+        assert pg.get_session(parent).status.value == "running"  # type: ignore[union-attr]
+        assert not [e for e in pg.events(run.run_id) if e.payload.get("kind") == "parked"]
         os.kill(pid, signal.SIGKILL)
         wait_done(pg, parent, timeout=45)
         assert all_done(pg, kids)
@@ -99,11 +99,8 @@ def test_parent_killed_after_spawning_before_parking_adopts_each_child_once(
 
 
 def test_child_killed_mid_bash_is_recovered_and_adopted_once(
-    postgres_url: str, redis_server: str, pg: object, tmp_path: Path
+    postgres_url: str, redis_server: str, pg: SqlLedger, tmp_path: Path
 ) -> None:
-    from nahida_workers.ledger.sql import SqlLedger
-
-    assert isinstance(pg, SqlLedger)
     fleet = _fleet(postgres_url, redis_server, tmp_path)
     try:
         worker = fleet.start_worker(name="pf", concurrency=2, pool="prefork")
