@@ -88,6 +88,7 @@ from nahida_workers.runtime.children import Spawner, completion_message, wake_ou
 from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
+from nahida_workers.runtime.pause_points import pause_point
 from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
@@ -264,6 +265,8 @@ class CommitPoints:
         if family is not None:
             family.prepare_worktrees()  # the launcher makes them before dispatch (B22)
             family.publish_all(outboxes)
+        if also is not None:
+            pause_point("commit_turn")  # test-only, inert by default: a crash test kills here
 
     def commit_results(
         self,
