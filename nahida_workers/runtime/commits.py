@@ -449,7 +449,19 @@ class CommitPoints:
         if self.observer is not None:
             self.observer.committed([event])
         log.info("run %s parked awaiting %d child session(s)", run.run_id, len(park.awaiting))
+        self._publish_unpublished(family, park.awaiting)
         return True
+
+    def _publish_unpublished(self, family: Family, children: Sequence[str]) -> None:
+        """Publish the awaited children's outbox rows a crash left unpublished.
+
+        An owner killed between committing its children and publishing them
+        leaves their rows pending; the next owner parks on the same children,
+        and without beat's sweeper nobody else would publish them.  Pending
+        rows are normally none, so this is one cheap read per park.
+        """
+        awaited = set(children)
+        family.publish_all([r for r in self.ledger.pending_outbox() if r.session_id in awaited])
 
     def seal_failed(
         self,

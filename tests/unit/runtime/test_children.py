@@ -186,3 +186,26 @@ def test_repeated_delivery_and_recovery_never_spawn_a_second_child() -> None:
     assert len(child_ledger(ledger).children(parent)) == 2
     assert [e.call_id for e in results(ledger, parent)] == ["call_a", "call_b"]
     assert ledger.get_session(parent).status is SessionStatus.DONE
+
+
+def test_children_left_unpublished_by_a_crash_are_published_by_the_next_park() -> None:
+    """An owner killed between committing its children and publishing them (beat off)."""
+    w = World()
+    parent = w.submit(parent_spec([task("call_a", "alpha"), task("call_b", "beta")]))
+    first = w.queue.published.pop(0)[0]
+
+    def broker_gone(_record: Any) -> None:
+        raise ConnectionError("the owner died before publishing")
+
+    w.runner.publish = broker_gone
+    assert w.runner.run(first) is SessionOutcome.PARKED
+    assert w.queue.published == []  # nothing reached the broker
+    w.runner.publish = w.dispatcher.publish
+    # the parent's next delivery (a follow-up or redelivery) parks again and publishes them
+    assert w.runner.run(parent) is SessionOutcome.PARKED
+    assert sorted(sid for sid, _ in w.queue.published) == sorted(
+        child_id(w.runner.ledger.runs_of(parent)[-1].run_id, c) for c in ("call_a", "call_b")
+    )
+    w.pump()
+    assert [e.call_id for e in results(w.runner.ledger, parent)] == ["call_a", "call_b"]
+    assert w.runner.ledger.get_session(parent).status is SessionStatus.DONE
