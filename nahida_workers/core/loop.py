@@ -351,11 +351,7 @@ def _prompt(
 
 def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
     """A reply cut off by the output token limit: recover up to N times, then incomplete."""
-    done = sum(
-        1
-        for e in state.events
-        if e.type is EventType.CONTROL and e.payload.get("kind") == "truncation"
-    )
+    done = state.tallies.truncations
     if done >= config.bounds.truncation_recoveries or state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.TRUNCATION_EXHAUSTED)
     return _prompt(
@@ -429,12 +425,13 @@ def _judge_candidate(
 
 def _unique_ids(state: RunState, calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:
     """Make call ids unique within the run (servers reuse ``call_0`` per reply)."""
-    seen = set(state.calls)
+    known = state.calls
+    seen: set[str] = set()
     out: list[ToolCall] = []
     for index, call in enumerate(calls):
         call_id = call.call_id or f"call_t{turn}_{index}"
         candidate, n = call_id, 1
-        while candidate in seen:
+        while candidate in seen or candidate in known:
             n += 1
             candidate = f"{call_id}#{n}"
         seen.add(candidate)
