@@ -30,7 +30,7 @@ from nahida_workers.core.children import (
     decide_children,
     leading_task_calls,
 )
-from nahida_workers.core.compaction import compact, estimate_tokens
+from nahida_workers.core.compaction import Compactor, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
     Event,
@@ -63,7 +63,7 @@ from nahida_workers.core.policy import (
     evaluate_candidate,
 )
 from nahida_workers.core.state import RunState
-from nahida_workers.core.transcript import project
+from nahida_workers.core.transcript import Projection
 
 __all__ = [
     "AdoptChildren",
@@ -365,20 +365,26 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
 
 
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
+    """The request's messages, projected and compacted from what is new (issue 15 item 3)."""
     # A session is a conversation (DESIGN.md section 8): earlier runs come first.
-    events = [*state.history, *state.events] if state.history else state.events
-    messages = project(events, memo=state.memo)
+    projection = state.projection
+    if projection is None:
+        projection = state.projection = Projection(memo=state.memo)
+    projection.follow(state.history, state.events)
+    settled, tail = projection.parts()
     if config.context_budget_tokens is None:
-        return messages
-    known = state.token_estimates
+        return [*settled, *tail]
+    if state.compaction is None:
+        known = state.token_estimates
 
-    def estimate(message: Message) -> int:
-        hit = known.get(id(message))
-        if hit is None or hit[0] is not message:
-            hit = known[id(message)] = (message, estimate_tokens(message))
-        return int(hit[1])
+        def estimate(message: Message) -> int:
+            hit = known.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = known[id(message)] = (message, estimate_tokens(message))
+            return int(hit[1])
 
-    return compact(messages, config.context_budget_tokens, estimate=estimate)
+        state.compaction = Compactor(estimate)
+    return state.compaction(settled, tail, config.context_budget_tokens)
 
 
 def _finish(

@@ -12,10 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nahida_workers.core.compaction import Compactor
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import call_from_payload
 from nahida_workers.core.tallies import Tallies
+from nahida_workers.core.transcript import Projection
 
 __all__ = ["RunState"]
 
@@ -61,8 +63,8 @@ class RunState:
     memo: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False)
     token_estimates: dict[int, tuple[Any, int]] = field(default_factory=dict, repr=False)
     tallies: Tallies = field(default_factory=Tallies, repr=False)
-    projection: Any = field(default=None, repr=False)
-    compaction: Any = field(default=None, repr=False)
+    projection: Projection | None = field(default=None, repr=False)
+    compaction: Compactor | None = field(default=None, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
     _unanswered: dict[str, None] = field(default_factory=dict, repr=False)
 

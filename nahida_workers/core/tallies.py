@@ -17,6 +17,7 @@ calls of the latest turn, normally) is folded on demand by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +187,7 @@ class Tallies:
         for call_id in sorted(results, key=lambda c: result_seq.get(c, 0)):
             self._failure(result_seq.get(call_id, 0), results[call_id])
 
-    def _failure(self, sequence: int, payload: dict[str, Any]) -> None:
+    def _failure(self, sequence: int, payload: Mapping[str, Any]) -> None:
         run = self.failures.setdefault(str(payload.get("name", "")), FailureRun())
         if payload.get("status") == "ok" or payload.get("synthetic"):
             run.count = 0
