@@ -29,13 +29,13 @@ when one of our sessions did not complete with every call answered.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypedDict
 
 import psycopg
@@ -90,7 +90,7 @@ class Timed:
 
 def turn_costs(stamps: list[float]) -> list[float]:
     """Seconds per turn: ``out[k-1]`` is the cost of turn k (k = 1..len-1)."""
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 class Ours:
@@ -182,7 +182,11 @@ def langgraph_factory(dsn: str, turns: int) -> Callable[[], tuple[list[float], s
     def model(state: State) -> dict[str, Any]:
         stamps.append(time.perf_counter())
         turn = steps[state["turn"]]
-        message = {"role": "assistant", "content": turn["text"], "tool_calls": turn.get("tool_calls", [])}
+        message = {
+            "role": "assistant",
+            "content": turn["text"],
+            "tool_calls": turn.get("tool_calls", []),
+        }
         return {"messages": [*state["messages"], message], "turn": state["turn"] + 1}
 
     def tools(state: State) -> dict[str, Any]:
@@ -221,8 +225,7 @@ def langgraph_bytes(dsn: str, thread: str) -> int:
         total = 0
         for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
             row = conn.execute(
-                f"SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t"  # noqa: S608
-                " WHERE thread_id = %s",
+                f"SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t WHERE thread_id = %s",
                 (thread,),
             ).fetchone()
             total += int(row[0]) if row else 0
@@ -280,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
             runs.append(costs)
         ratio = report("ours, PostgreSQL + Redis", runs, points)
-        print(f"  target turn {points[-1]} <= 1.5x turn {points[0]}: "
-              f"{'met' if ratio <= 1.5 else 'MISSED'}")
+        print(
+            f"  target turn {points[-1]} <= 1.5x turn {points[0]}: "
+            f"{'met' if ratio <= 1.5 else 'MISSED'}"
+        )
         ours_size = our_bytes(dsn, sid)
         graph = None if args.skip_langgraph else langgraph_factory(dsn, turns)
         if graph is None:
