@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer
 
 __all__ = [
     "PAYLOAD_MODELS",
@@ -66,6 +66,9 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
 
     model_config = ConfigDict(frozen=True, extra="allow")
     event_type: ClassVar[str]  # the ``EventType`` value it belongs to
+    #: Built by ``Event`` from data ``clean_json`` just returned: the ledger's
+    #: storable check need not walk it again (issue 15; ``ledger/rules.py``).
+    _cleaned: bool = PrivateAttr(default=False)
 
     def _set_keys(self) -> list[str]:
         fields_set = self.model_fields_set

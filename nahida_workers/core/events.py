@@ -226,7 +226,9 @@ class Event(_Frozen):
         if kind is None or str(kind) not in _TYPES:
             return data  # the field validators report it
         cleaned = clean_json(dict(payload) if payload is not None else {})
-        return {**data, "payload": trusted_payload(str(kind), cleaned)}
+        model = trusted_payload(str(kind), cleaned)
+        model._cleaned = True  # storable as it is: the ledger does not walk it again
+        return {**data, "payload": model}
 
     @field_validator("call_id")
     @classmethod
