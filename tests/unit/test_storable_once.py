@@ -33,3 +33,39 @@ def test_a_payload_model_built_elsewhere_is_still_checked_and_cleaned() -> None:
     event = Event(run_id="r", sequence=1, type=EventType.USER_INPUT, payload=dirty)
     (stored,) = rules.storable_events([event])
     assert stored is not event and stored.payload["text"] == "x\ufffdy"
+
+
+def test_a_session_row_read_back_is_not_cleaned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cancel poll reads the session row each second of a batch: its config
+    (the whole job, a scripted provider's turns included) was cleaned when it
+    was written and is not walked again on every read."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from nahida_workers.core import records
+    from nahida_workers.ledger.sql_base import session_row
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    row = SimpleNamespace(
+        session_id="s",
+        parent_id=None,
+        batch_id=None,
+        workspace="/w",
+        status="running",
+        lease_epoch=2,
+        config_json={"prompt": "p", "turns": [{"text": "t"}] * 50},
+        idempotency_key=None,
+        created_at=now,
+        updated_at=now,
+        cancel_requested_at=None,
+        open_epoch=None,
+        crash_streak=0,
+    )
+    walked: list[Any] = []
+    monkeypatch.setattr(records, "clean_json", lambda v: walked.append(v) or v)
+    session = session_row(row)
+    assert session.config == row.config_json and session.lease_epoch == 2 and not walked
+    records.SessionRecord(
+        session_id="s2", workspace="/w", config={"prompt": "p"}, created_at=now, updated_at=now
+    )
+    assert walked, "a record built by this process is still cleaned"
