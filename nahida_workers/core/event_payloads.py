@@ -71,14 +71,15 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
     _cleaned: bool = PrivateAttr(default=False)
 
     def _set_keys(self) -> list[str]:
-        fields_set = self.model_fields_set
-        keys = [k for k in type(self).model_fields if k in fields_set]
+        fields_set = self.__pydantic_fields_set__
+        keys = [k for k in type(self).__pydantic_fields__ if k in fields_set]
         extra = self.__pydantic_extra__
         return keys + list(extra) if extra else keys
 
     def as_json(self) -> dict[str, Any]:
         """The stored JSON object: the keys this payload was built with."""
-        out = {k: self.__dict__[k] for k in type(self).model_fields if k in self.model_fields_set}
+        fields_set = self.__pydantic_fields_set__  # the attributes, not the slower properties
+        out = {k: self.__dict__[k] for k in type(self).__pydantic_fields__ if k in fields_set}
         extra = self.__pydantic_extra__
         if extra:
             out.update(extra)
@@ -89,7 +90,7 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
         return self.as_json()
 
     def __getitem__(self, key: str) -> Any:
-        if key in self.model_fields_set and key in type(self).model_fields:
+        if key in self.__pydantic_fields_set__ and key in type(self).__pydantic_fields__:
             return self.__dict__[key]
         extra = self.__pydantic_extra__
         if extra and key in extra:
