@@ -31,10 +31,11 @@ the ledger edge then checks their shape like every other.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer
 
 __all__ = [
     "PAYLOAD_MODELS",
@@ -48,6 +49,8 @@ __all__ = [
     "ToolCallPayload",
     "ToolResultPayload",
     "UserInputPayload",
+    "is_cleaned",
+    "mark_cleaned",
     "parse_payload",
     "payload_json",
     "trusted_payload",
@@ -66,9 +69,6 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
 
     model_config = ConfigDict(frozen=True, extra="allow")
     event_type: ClassVar[str]  # the ``EventType`` value it belongs to
-    #: Built by ``Event`` from data ``clean_json`` just returned: the ledger's
-    #: storable check need not walk it again (issue 15; ``ledger/rules.py``).
-    _cleaned: bool = PrivateAttr(default=False)
 
     def _set_keys(self) -> list[str]:
         fields_set = self.__pydantic_fields_set__
@@ -259,6 +259,26 @@ def trusted_payload(event_type: str, data: Mapping[str, Any]) -> PayloadModel:
         KeyError: ``event_type`` is not an event type.
     """
     return PAYLOAD_MODELS[event_type].model_construct(**data)
+
+
+#: Payload models built from data ``clean_json`` just returned (by ``Event``),
+#: by ``id``; weak, so an entry goes with its payload.  Read through
+#: :func:`is_cleaned`, which checks identity: an id reused by another object
+#: never counts.
+_CLEANED: weakref.WeakValueDictionary[int, PayloadModel] = weakref.WeakValueDictionary()
+
+
+def mark_cleaned(payload: PayloadModel) -> None:
+    """Record that ``payload`` was built from cleaned JSON (``core/values.clean_json``)."""
+    _CLEANED[id(payload)] = payload
+
+
+def is_cleaned(payload: object) -> bool:
+    """``payload`` was marked by :func:`mark_cleaned`: storable as it is (issue 15).
+
+    A mark, not a field, so payload equality is untouched.
+    """
+    return _CLEANED.get(id(payload)) is payload
 
 
 def parse_payload(event_type: str, data: Any) -> PayloadModel:

@@ -20,6 +20,7 @@ from nahida_workers.core.event_payloads import (
     ControlPayload,
     EventPayload,
     PayloadModel,
+    mark_cleaned,
     trusted_payload,
 )
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -227,7 +228,7 @@ class Event(_Frozen):
             return data  # the field validators report it
         cleaned = clean_json(dict(payload) if payload is not None else {})
         model = trusted_payload(str(kind), cleaned)
-        model._cleaned = True  # storable as it is: the ledger does not walk it again
+        mark_cleaned(model)  # storable as it is: the ledger does not walk it again
         return {**data, "payload": model}
 
     @field_validator("call_id")

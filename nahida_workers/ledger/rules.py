@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from nahida_workers import worker_secrets
-from nahida_workers.core.event_payloads import PayloadModel, payload_json
+from nahida_workers.core.event_payloads import PayloadModel, is_cleaned, payload_json
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -219,7 +219,7 @@ def storable_events(events: Sequence[Event]) -> list[Event]:
         payload = event.payload
         if (
             isinstance(payload, PayloadModel)
-            and payload._cleaned  # cleaned as the event was built: not walked again
+            and is_cleaned(payload)  # cleaned as the event was built: not walked again
             and (event.call_id is None or bounded_id(event.call_id) == event.call_id)
         ):
             out.append(event)
