@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
 from nahida_workers.core.event_payloads import (
     ControlPayload,
@@ -206,7 +206,10 @@ class Event(_Frozen):
     run_id: str
     sequence: int = Field(ge=1)
     type: EventType
-    payload: EventPayload = Field(default_factory=ControlPayload)  # replaced by _typed_payload
+    # Made a payload model by _typed_payload (below) before field validation;
+    # not validated again as a union (that read every key of the model, for
+    # each member tried -- issue 15).
+    payload: SkipValidation[EventPayload] = Field(default_factory=ControlPayload)
     call_id: str | None = None
     epoch: int = 0
     created_at: datetime | None = None

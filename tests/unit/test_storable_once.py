@@ -69,3 +69,23 @@ def test_a_session_row_read_back_is_not_cleaned_again(monkeypatch: pytest.Monkey
         session_id="s2", workspace="/w", config={"prompt": "p"}, created_at=now, updated_at=now
     )
     assert walked, "a record built by this process is still cleaned"
+
+
+def test_an_event_takes_its_payload_model_without_reading_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Event.payload`` is made a model before field validation; validating the
+    union of payload models again read every key once per member tried."""
+    from nahida_workers.core.event_payloads import PayloadModel
+
+    payload = trusted_payload("tool_result", {"call_id": "c1", "status": "ok", "content": "x"})
+    reads: list[str] = []
+    real = PayloadModel.__getitem__
+
+    def counted(self: PayloadModel, key: str) -> Any:
+        reads.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(PayloadModel, "__getitem__", counted)
+    event = Event(run_id="r", sequence=2, type=EventType.TOOL_RESULT, payload=payload, call_id="c1")
+    assert event.payload is payload and reads == []
