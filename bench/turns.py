@@ -207,12 +207,12 @@ def langgraph_factory(dsn: str, turns: int) -> Callable[[], tuple[list[float], s
     saver = PostgresSaver(conn)  # type: ignore[arg-type]
     saver.setup()
     app = graph.compile(checkpointer=saver)
-    first = {"messages": [{"role": "user", "content": "go"}], "turn": 0}
+    first: Any = {"messages": [{"role": "user", "content": "go"}], "turn": 0}
 
     def session() -> tuple[list[float], str]:
         stamps.clear()
         thread = uuid.uuid4().hex
-        config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * turns + 10}
+        config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * turns + 10}
         app.invoke(first, config, durability="sync")
         return turn_costs(stamps), thread
 
