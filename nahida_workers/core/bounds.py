@@ -27,12 +27,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from nahida_workers.core.events import Event, EventType, ReasonCode, TerminalState, ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import result_payload
 from nahida_workers.core.state import RunState
+from nahida_workers.core.tallies import Streak, StreakFold, step
 
 __all__ = [
     "BoundLimits",
@@ -75,77 +75,33 @@ class BoundStop:
     state: TerminalState = TerminalState.INCOMPLETE
 
 
-@dataclass(frozen=True)
-class Streak:
-    """The trailing run of consecutive calls with one action signature.
-
-    Attributes:
-        name / fingerprint: the action (tool + input fingerprint).
-        count: calls in the streak.
-        first_call_id: the call that started it (identifies the trigger).
-    """
-
-    name: str
-    fingerprint: str
-    count: int
-    first_call_id: str
-
-
 def _issued(state: RunState) -> set[tuple[str, str]]:
-    return {
-        (str(e.payload.get("bound")), str(e.payload.get("key")))
-        for e in state.events
-        if e.type is EventType.CONTROL and e.payload.get("kind") == "bound"
-    }
+    return state.tallies.issued
 
 
 def _tokens(state: RunState) -> int:
-    total = 0
-    for e in state.events:
-        usage: Any = e.payload.get("usage") if e.type is EventType.ASSISTANT_OUTPUT else None
-        if isinstance(usage, dict):
-            total += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
-    return total
-
-
-def _output(result: dict[str, object] | None) -> object:
-    return None if result is None else result.get("content")
+    return state.tallies.tokens
 
 
 def action_streak(state: RunState, *, through: str | None = None) -> Streak | None:
     """The trailing streak over the run's committed calls (through call ``through``).
 
     A call without a result yet counts as a repeat with no progress: it was
-    made in the same turn as the calls before it, blind.
+    made in the same turn as the calls before it, blind.  Starts from the
+    fold over the answered prefix kept in ``state.tallies`` and folds only
+    the calls after it (``core/tallies.py``).
     """
-    streak: Streak | None = None
-    prev_turn: int | None = None
-    prev_result: dict[str, object] | None = None
-    for call in state.calls.values():
-        turn = state.call_turn.get(call.call_id, -1)
-        result = state.results.get(call.call_id)
-        same = (
-            streak is not None
-            and streak.name == call.name
-            and streak.fingerprint == call.fingerprint
-        )
-        progress = (
-            same
-            and result is not None
-            and result.get("status") == "ok"
-            and prev_turn is not None
-            and turn > prev_turn
-            and _output(result) != _output(prev_result)
-        )
-        if same and not progress:
-            assert streak is not None
-            streak = Streak(streak.name, streak.fingerprint, streak.count + 1, streak.first_call_id)
-        else:
-            streak = Streak(call.name, call.fingerprint, 1, call.call_id)
-        prev_turn, prev_result = turn, result
-        if call.call_id == through:
+    tallies = state.tallies
+    order = tallies.order
+    start, fold = tallies.done, tallies.checkpoint
+    if through is not None and tallies.index.get(through, len(order)) < start:
+        start, fold = 0, StreakFold()  # inside the answered prefix: fold it again
+    for call_id in order[start:]:
+        call = state.calls[call_id]
+        fold = step(fold, call, state.call_turn.get(call_id, -1), state.results.get(call_id))
+        if call_id == through:
             break
-    return streak
+    return fold.streak
 
 
 def calls_within_bound(state: RunState, pending: Sequence[ToolCall], limits: BoundLimits) -> int:
@@ -155,11 +111,30 @@ def calls_within_bound(state: RunState, pending: Sequence[ToolCall], limits: Bou
     ``action_stop_at``; otherwise the index of the first that would: it, and
     every call after it, must not run.
     """
-    for index, call in enumerate(pending):
-        streak = action_streak(state, through=call.call_id)
+    for index, streak in enumerate(_streaks_through(state, pending)):
         if streak is not None and streak.count > limits.action_stop_at:
             return index
     return len(pending)
+
+
+def _streaks_through(state: RunState, pending: Sequence[ToolCall]) -> list[Streak | None]:
+    """``action_streak(state, through=c.call_id)`` for each ``c`` of ``pending``, in one fold."""
+    tallies = state.tallies
+    wanted = {c.call_id for c in pending}
+    first = min((tallies.index.get(c, len(tallies.order)) for c in wanted), default=0)
+    if first < tallies.done:  # a pending call inside the answered prefix: one by one
+        return [action_streak(state, through=c.call_id) for c in pending]
+    found: dict[str, Streak | None] = {}
+    fold = tallies.checkpoint
+    for call_id in tallies.order[tallies.done :]:
+        fold = step(
+            fold, state.calls[call_id], state.call_turn.get(call_id, -1), state.results.get(call_id)
+        )
+        if call_id in wanted:
+            found[call_id] = fold.streak
+            if len(found) == len(wanted):
+                break
+    return [found.get(c.call_id, fold.streak) for c in pending]
 
 
 def refusal_events(
@@ -200,18 +175,7 @@ def refusal_events(
 
 def _text_streak(state: RunState) -> tuple[str, int, int] | None:
     """``(text, count, first sequence)`` of the trailing run of identical turn texts."""
-    found: tuple[str, int, int] | None = None
-    for e in state.events:
-        if e.type is not EventType.ASSISTANT_OUTPUT:
-            continue
-        text = str(e.payload.get("text", "")).strip()
-        if not text:
-            continue  # a turn with no text neither repeats nor breaks a text
-        if found is not None and found[0] == text:
-            found = (text, found[1] + 1, found[2])
-        else:
-            found = (text, 1, e.sequence)
-    return found
+    return state.tallies.text
 
 
 def check_bounds(state: RunState, limits: BoundLimits) -> BoundPrompt | BoundStop | None:
@@ -249,28 +213,17 @@ def check_bounds(state: RunState, limits: BoundLimits) -> BoundPrompt | BoundSto
 def _failure_streak(
     state: RunState, limits: BoundLimits, issued: set[tuple[str, str]]
 ) -> BoundPrompt | None:
-    by_tool: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for call_id, payload in state.results.items():
-        name = str(payload.get("name", ""))
-        by_tool.setdefault(name, []).append((state.result_seq.get(call_id, 0), payload))
-    for name, results in sorted(by_tool.items()):
-        results.sort(key=lambda r: r[0])
-        streak = 0
-        for _seq, payload in reversed(results):
-            if payload.get("status") == "ok" or payload.get("synthetic"):
-                break
-            streak += 1
-        if streak < limits.tool_failure_hint_at:
+    for name, run in sorted(state.tallies.failures.items()):
+        if run.count < limits.tool_failure_hint_at:
             continue
-        first_of_streak = results[-streak][0]
-        key = f"{name}:{first_of_streak}"
+        key = f"{name}:{run.first_seq}"
         if ("tool_failures", key) in issued:
             continue
-        last = str(results[-1][1].get("content", ""))[:300]
+        last = str(run.last.get("content", ""))[:300]
         return BoundPrompt(
             "tool_failures",
             key,
-            f"{name} failed {streak} times in a row. The last error was: {last!r}. Check the "
+            f"{name} failed {run.count} times in a row. The last error was: {last!r}. Check the "
             "arguments against the tool's schema, or try another approach.",
         )
     return None

@@ -31,6 +31,7 @@ the ledger edge then checks their shape like every other.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -48,6 +49,8 @@ __all__ = [
     "ToolCallPayload",
     "ToolResultPayload",
     "UserInputPayload",
+    "is_cleaned",
+    "mark_cleaned",
     "parse_payload",
     "payload_json",
     "trusted_payload",
@@ -68,14 +71,15 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
     event_type: ClassVar[str]  # the ``EventType`` value it belongs to
 
     def _set_keys(self) -> list[str]:
-        fields_set = self.model_fields_set
-        keys = [k for k in type(self).model_fields if k in fields_set]
+        fields_set = self.__pydantic_fields_set__
+        keys = [k for k in type(self).__pydantic_fields__ if k in fields_set]
         extra = self.__pydantic_extra__
         return keys + list(extra) if extra else keys
 
     def as_json(self) -> dict[str, Any]:
         """The stored JSON object: the keys this payload was built with."""
-        out = {k: self.__dict__[k] for k in type(self).model_fields if k in self.model_fields_set}
+        fields_set = self.__pydantic_fields_set__  # the attributes, not the slower properties
+        out = {k: self.__dict__[k] for k in type(self).__pydantic_fields__ if k in fields_set}
         extra = self.__pydantic_extra__
         if extra:
             out.update(extra)
@@ -86,7 +90,7 @@ class PayloadModel(BaseModel, Mapping[str, Any]):
         return self.as_json()
 
     def __getitem__(self, key: str) -> Any:
-        if key in self.model_fields_set and key in type(self).model_fields:
+        if key in self.__pydantic_fields_set__ and key in type(self).__pydantic_fields__:
             return self.__dict__[key]
         extra = self.__pydantic_extra__
         if extra and key in extra:
@@ -255,6 +259,26 @@ def trusted_payload(event_type: str, data: Mapping[str, Any]) -> PayloadModel:
         KeyError: ``event_type`` is not an event type.
     """
     return PAYLOAD_MODELS[event_type].model_construct(**data)
+
+
+#: Payload models built from data ``clean_json`` just returned (by ``Event``),
+#: by ``id``; weak, so an entry goes with its payload.  Read through
+#: :func:`is_cleaned`, which checks identity: an id reused by another object
+#: never counts.
+_CLEANED: weakref.WeakValueDictionary[int, PayloadModel] = weakref.WeakValueDictionary()
+
+
+def mark_cleaned(payload: PayloadModel) -> None:
+    """Record that ``payload`` was built from cleaned JSON (``core/values.clean_json``)."""
+    _CLEANED[id(payload)] = payload
+
+
+def is_cleaned(payload: object) -> bool:
+    """``payload`` was marked by :func:`mark_cleaned`: storable as it is (issue 15).
+
+    A mark, not a field, so payload equality is untouched.
+    """
+    return _CLEANED.get(id(payload)) is payload
 
 
 def parse_payload(event_type: str, data: Any) -> PayloadModel:

@@ -14,12 +14,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
 from nahida_workers.core.event_payloads import (
     ControlPayload,
     EventPayload,
     PayloadModel,
+    mark_cleaned,
     trusted_payload,
 )
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -211,7 +212,10 @@ class Event(_Frozen):
     run_id: str
     sequence: int = Field(ge=1)
     type: EventType
-    payload: EventPayload = Field(default_factory=ControlPayload)  # replaced by _typed_payload
+    # Made a payload model by _typed_payload (below) before field validation;
+    # not validated again as a union (that read every key of the model, for
+    # each member tried -- issue 15).
+    payload: SkipValidation[EventPayload] = Field(default_factory=ControlPayload)
     call_id: str | None = None
     epoch: int = 0
     created_at: datetime | None = None
@@ -232,7 +236,9 @@ class Event(_Frozen):
         if kind is None or str(kind) not in _TYPES:
             return data  # the field validators report it
         cleaned = clean_json(dict(payload) if payload is not None else {})
-        return {**data, "payload": trusted_payload(str(kind), cleaned)}
+        model = trusted_payload(str(kind), cleaned)
+        mark_cleaned(model)  # storable as it is: the ledger does not walk it again
+        return {**data, "payload": model}
 
     @field_validator("call_id")
     @classmethod

@@ -30,7 +30,7 @@ from nahida_workers.core.children import (
     decide_children,
     leading_task_calls,
 )
-from nahida_workers.core.compaction import compact, estimate_tokens
+from nahida_workers.core.compaction import Compactor, estimate_tokens
 from nahida_workers.core.events import (
     CompletionContract,
     Event,
@@ -63,7 +63,7 @@ from nahida_workers.core.policy import (
     evaluate_candidate,
 )
 from nahida_workers.core.state import RunState
-from nahida_workers.core.transcript import project
+from nahida_workers.core.transcript import Projection
 
 __all__ = [
     "AdoptChildren",
@@ -356,11 +356,7 @@ def _prompt(
 
 def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
     """A reply cut off by the output token limit: recover up to N times, then incomplete."""
-    done = sum(
-        1
-        for e in state.events
-        if e.type is EventType.CONTROL and e.payload.get("kind") == "truncation"
-    )
+    done = state.tallies.truncations
     if done >= config.bounds.truncation_recoveries or state.turns >= config.max_steps:
         return _finish(TerminalState.INCOMPLETE, ReasonCode.TRUNCATION_EXHAUSTED)
     return _prompt(
@@ -374,20 +370,26 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
 
 
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
+    """The request's messages, projected and compacted from what is new (issue 15 item 3)."""
     # A session is a conversation (DESIGN.md section 8): earlier runs come first.
-    events = [*state.history, *state.events] if state.history else state.events
-    messages = project(events, memo=state.memo)
+    projection = state.projection
+    if projection is None:
+        projection = state.projection = Projection(memo=state.memo)
+    projection.follow(state.history, state.events)
+    settled, tail = projection.parts()
     if config.context_budget_tokens is None:
-        return messages
-    known = state.token_estimates
+        return [*settled, *tail]
+    if state.compaction is None:
+        known = state.token_estimates
 
-    def estimate(message: Message) -> int:
-        hit = known.get(id(message))
-        if hit is None or hit[0] is not message:
-            hit = known[id(message)] = (message, estimate_tokens(message))
-        return int(hit[1])
+        def estimate(message: Message) -> int:
+            hit = known.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = known[id(message)] = (message, estimate_tokens(message))
+            return int(hit[1])
 
-    return compact(messages, config.context_budget_tokens, estimate=estimate)
+        state.compaction = Compactor(estimate)
+    return state.compaction(settled, tail, config.context_budget_tokens)
 
 
 def _finish(
@@ -450,12 +452,13 @@ def _settle(action: Settle, config: LoopConfig, signals: Signals, answer: str) -
 
 def _unique_ids(state: RunState, calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:
     """Make call ids unique within the run (servers reuse ``call_0`` per reply)."""
-    seen = set(state.calls)
+    known = state.calls
+    seen: set[str] = set()
     out: list[ToolCall] = []
     for index, call in enumerate(calls):
         call_id = call.call_id or f"call_t{turn}_{index}"
         candidate, n = call_id, 1
-        while candidate in seen:
+        while candidate in seen or candidate in known:
             n += 1
             candidate = f"{call_id}#{n}"
         seen.add(candidate)

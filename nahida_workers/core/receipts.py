@@ -72,12 +72,13 @@ def missing_receipts(
         ``{"error_code": <status or reason>, "synthetic": True}`` and
         verification ``not_applicable``.
     """
-    have = set(state.receipts) | {r.call_id for r in receipts}
+    committed = state.receipts
+    have = {r.call_id for r in receipts}
     out: list[ExecutionReceipt] = []
     for event in events:
         if event.type is not EventType.TOOL_RESULT or event.call_id is None:
             continue
-        if event.call_id in have:
+        if event.call_id in have or event.call_id in committed:
             continue
         call = state.calls.get(event.call_id)
         if call is None:

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from nahida_workers.core.events import (
     CompletionContract,
@@ -39,6 +39,12 @@ __all__ = [
     "RunRecord",
     "SessionRecord",
 ]
+
+
+#: Validation context key of a row read back from the ledger: its session
+#: config was cleaned when it was written and is not walked again (a
+#: ``get_session`` in the cancel poll would otherwise walk the whole config).
+STORED_ROW = "stored_row"
 
 
 class _Record(BaseModel):
@@ -103,7 +109,9 @@ class SessionRecord(_Record):
 
     @field_validator("config")
     @classmethod
-    def _storable_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _storable_config(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.context and info.context.get(STORED_ROW):
+            return value  # read back from the ledger: cleaned when it was written (issue 15)
         return clean_json(value)  # type: ignore[no-any-return]
 
     @field_validator("idempotency_key")

@@ -12,9 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nahida_workers.core.compaction import Compactor
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import call_from_payload
+from nahida_workers.core.tallies import Tallies
+from nahida_workers.core.transcript import Projection
 
 __all__ = ["RunState"]
 
@@ -40,6 +43,10 @@ class RunState:
         memo: messages already projected from these (immutable) events.
         token_estimates: token estimate per message, keyed by ``id`` and holding
             the message itself so an id is never reused while cached.
+        tallies: the bound counters (``core/tallies.py``), folded by :meth:`apply`.
+        projection: the incremental transcript projection (``core/transcript.py``),
+            built on demand from ``history`` and ``events``.
+        compaction: the incremental compaction cache (``core/compaction.py``).
     """
 
     run_id: str
@@ -55,7 +62,11 @@ class RunState:
     run_index: int = 0
     memo: dict[tuple[object, ...], Any] = field(default_factory=dict, repr=False)
     token_estimates: dict[int, tuple[Any, int]] = field(default_factory=dict, repr=False)
+    tallies: Tallies = field(default_factory=Tallies, repr=False)
+    projection: Projection | None = field(default=None, repr=False)
+    compaction: Compactor | None = field(default=None, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
+    _unanswered: dict[str, None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_ledger(
@@ -101,11 +112,27 @@ class RunState:
             turn = event.payload.get("turn")
             self.call_turn[call.call_id] = turn if isinstance(turn, int) else self.turns - 1
             self._last_turn_calls.append(call.call_id)
+            if call.call_id not in self.results:
+                self._unanswered[call.call_id] = None
+            self.tallies.fold(event, self.calls, self.call_turn, self.results, call_id=call.call_id)
+            return
         elif event.type is EventType.TOOL_RESULT and event.call_id is not None:
+            duplicate = event.call_id in self.results
             self.results[event.call_id] = dict(event.payload)
             self.result_seq[event.call_id] = event.sequence
+            self._unanswered.pop(event.call_id, None)
+            self.tallies.fold(
+                event,
+                self.calls,
+                self.call_turn,
+                self.results,
+                result_seq=self.result_seq,
+                duplicate=duplicate,
+            )
+            return
         elif event.type is EventType.TERMINAL:
             self.terminal = event
+        self.tallies.fold(event, self.calls, self.call_turn, self.results)
 
     def apply_receipt(self, receipt: ExecutionReceipt) -> None:
         """Record a committed receipt."""
@@ -113,7 +140,7 @@ class RunState:
 
     def pending_calls(self) -> list[ToolCall]:
         """Committed calls without a committed result, in provider order."""
-        return [c for cid, c in self.calls.items() if cid not in self.results]
+        return [self.calls[cid] for cid in self._unanswered]
 
     def last_of(self, *types: EventType) -> Event | None:
         """The latest committed event of one of ``types``."""

@@ -28,7 +28,7 @@ from nahida_workers.core.payloads import (
     user_text,
 )
 
-__all__ = ["orphan_calls", "project"]
+__all__ = ["Projection", "orphan_calls", "project"]
 
 
 def project(
@@ -38,38 +38,105 @@ def project(
 
     Args:
         events: committed events in order.
-        memo: optional cache owned by the caller (``RunState`` keeps one):
-            committed events never change, so a message built from the same
-            events is reused instead of rebuilt on every provider turn.
+        memo: optional cache owned by the caller: committed events never
+            change, so a message built from the same events is reused
+            instead of rebuilt.
 
     Returns:
         User, assistant and tool-result messages satisfying the pairing rule:
         after an assistant message with calls ``c1..cn`` come exactly the
         results of ``c1..cn`` in that order.
     """
-    ordered = list(events)
-    cache: dict[tuple[object, ...], Message] = memo if memo is not None else {}
-    results: dict[str | None, Event] = {
-        e.call_id: e for e in ordered if e.type is EventType.TOOL_RESULT and e.call_id is not None
-    }
-    messages: list[Message] = []
-    turn: Event | None = None
-    turn_calls: list[Event] = []
-    for event in ordered:
-        if event.type is EventType.ASSISTANT_OUTPUT:
-            _close_turn(turn, turn_calls, results, cache, messages)
-            turn, turn_calls = event, []
-        elif event.type is EventType.TOOL_CALL:
-            turn_calls.append(event)  # a call with no committed turn stays paired anyway
-        elif event.type is EventType.USER_INPUT:
-            _close_turn(turn, turn_calls, results, cache, messages)
-            turn, turn_calls = None, []
-            key = ("user", event.run_id, event.sequence)
-            if key not in cache:
-                cache[key] = UserMessage(text=user_text(event.payload))
-            messages.append(cache[key])
-    _close_turn(turn, turn_calls, results, cache, messages)
-    return messages
+    projection = Projection(memo=memo)
+    projection.feed(events)
+    return projection.messages()
+
+
+class Projection:
+    """The projection of a growing event list, built from what is new (issue 15 item 3).
+
+    Feed committed events in order (:meth:`feed`, or :meth:`follow` for a
+    list that only grows); :meth:`messages` returns exactly what
+    :func:`project` returns for every event fed so far.  Groups (a user
+    message, or an assistant turn with its calls) whose calls all have
+    their results can never change again -- a result is committed once per
+    call (DESIGN.md section 2) -- so their messages are appended once to a
+    settled prefix; only the groups after the first one still waiting for a
+    result (normally the latest turn) are projected again on each call.
+
+    Attributes:
+        fed: events fed so far.
+        settled: messages of the settled groups, in order (grows only).
+    """
+
+    def __init__(self, *, memo: dict[tuple[object, ...], Message] | None = None) -> None:
+        self.cache: dict[tuple[object, ...], Message] = memo if memo is not None else {}
+        self.fed = 0
+        self.settled: list[Message] = []
+        self._results: dict[str | None, Event] = {}
+        self._groups: list[tuple[Event | None, list[Event]]] = []  # (user or turn, its calls)
+        self._done = 0  # groups whose messages are in ``settled``
+
+    def follow(self, *parts: Sequence[Event]) -> None:
+        """Feed the events of ``parts`` (concatenated) not fed yet; each part only grows."""
+        skip = self.fed
+        for part in parts:
+            if skip >= len(part):
+                skip -= len(part)
+                continue
+            self.feed(part[skip:])
+            skip = 0
+
+    def feed(self, events: Iterable[Event]) -> None:
+        """Fold more committed events, in order."""
+        for event in events:
+            self.fed += 1
+            kind = event.type
+            if kind is EventType.ASSISTANT_OUTPUT:
+                self._groups.append((event, []))
+            elif kind is EventType.TOOL_CALL:
+                last = self._groups[-1][0] if self._groups else None
+                if not self._groups or (last is not None and last.type is EventType.USER_INPUT):
+                    self._groups.append((None, []))  # a call with no committed turn stays paired
+
+                self._groups[-1][1].append(event)
+            elif kind is EventType.USER_INPUT:
+                self._groups.append((event, []))
+            elif kind is EventType.TOOL_RESULT and event.call_id is not None:
+                if event.call_id in self._results:  # a second result: settle nothing early
+                    self._done, self.settled = 0, []
+                self._results[event.call_id] = event
+
+    def messages(self) -> list[Message]:
+        """The projected messages of everything fed so far (as :func:`project`)."""
+        settled, tail = self.parts()
+        return [*settled, *tail]
+
+    def parts(self) -> tuple[list[Message], list[Message]]:
+        """``(settled, tail)``: the messages, split where groups may still change.
+
+        ``settled`` is this object's own list (it only grows; do not modify it).
+        """
+        groups, results = self._groups, self._results
+        while self._done < len(groups) - 1:  # the latest group may still get calls
+            head, calls = groups[self._done]
+            if any(c.call_id not in results for c in calls):
+                break
+            self._render(head, calls, self.settled)
+            self._done += 1
+        tail: list[Message] = []
+        for head, calls in groups[self._done :]:
+            self._render(head, calls, tail)
+        return self.settled, tail
+
+    def _render(self, head: Event | None, calls: list[Event], out: list[Message]) -> None:
+        if head is not None and head.type is EventType.USER_INPUT:
+            key = ("user", head.run_id, head.sequence)
+            if key not in self.cache:
+                self.cache[key] = UserMessage(text=user_text(head.payload))
+            out.append(self.cache[key])
+        else:
+            _close_turn(head, calls, self._results, self.cache, out)
 
 
 def _close_turn(

@@ -52,6 +52,20 @@ from nahida_workers.ports import Fence
 __all__ = ["MemoryLedger", "MemoryTx"]
 
 
+#: How many rows of a list a cache counted, and the last of them.
+_Mark = tuple[int, object]
+
+
+def _mark(rows: Sequence[object]) -> _Mark:
+    return len(rows), rows[-1] if rows else None
+
+
+def _still(rows: Sequence[object], mark: _Mark) -> bool:
+    """The first ``mark[0]`` rows are the ones counted (append-only, or truncated since)."""
+    n, last = mark
+    return n <= len(rows) and (n == 0 or rows[n - 1] is last)
+
+
 class MemoryLedger:
     """Dict-backed ledger (see :class:`nahida_workers.ports.Ledger`).
 
@@ -77,6 +91,7 @@ class MemoryLedger:
         self.inbox_part = MemoryInbox(self.tables, self._require_fence)
         self.owners = MemoryOwners(self.tables)
         self.commit_hook: Callable[[], None] | None = None
+        self._fact_cache: dict[str, tuple[_Mark, _Mark, RunFacts]] = {}
         self.ack_hook: Callable[[], None] | None = None
 
     # -- the parts' methods ------------------------------------------------------
@@ -153,17 +168,29 @@ class MemoryLedger:
         return tx.fence
 
     def _facts(self, run_id: str) -> RunFacts:
+        """The run's facts, folded from the rows added since the last call (a copy).
+
+        The cache is trusted only while the rows it counted are still there
+        (a rolled-back write truncates the lists; the object at the counted
+        position then differs), else the facts are folded from scratch.
+        """
         events = self._t.events.get(run_id, [])
-        facts = RunFacts(max_sequence=events[-1].sequence if events else 0)
-        for e in events:
+        receipts = self._t.receipts.get(run_id, [])
+        cached = self._fact_cache.get(run_id)
+        if cached is None or not _still(events, cached[0]) or not _still(receipts, cached[1]):
+            cached = ((0, None), (0, None), RunFacts())
+        (n_events, _), (n_receipts, _), facts = cached
+        for e in events[n_events:]:
             if e.type is EventType.TERMINAL:
                 facts.has_terminal = True
             elif e.type is EventType.TOOL_CALL:
                 facts.calls.add(e.call_id or "")
             elif e.type is EventType.TOOL_RESULT:
                 facts.results.add(e.call_id or "")
-        facts.receipts = {r.call_id for r in self._t.receipts.get(run_id, [])}
-        return facts
+        facts.receipts.update(r.call_id for r in receipts[n_receipts:])
+        facts.max_sequence = events[-1].sequence if events else 0
+        self._fact_cache[run_id] = (_mark(events), _mark(receipts), facts)
+        return facts.copy()
 
     # -- writes ------------------------------------------------------------------
     def create_batch(self, tx: MemoryTx, batch: BatchRecord) -> None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from nahida_workers import worker_secrets
-from nahida_workers.core.event_payloads import PayloadModel, payload_json
+from nahida_workers.core.event_payloads import PayloadModel, is_cleaned, payload_json
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
@@ -216,10 +216,18 @@ def storable_events(events: Sequence[Event]) -> list[Event]:
     """Events as every backend stores them (unchanged objects when already clean)."""
     out: list[Event] = []
     for event in events:
-        data = payload_json(event.payload)
+        payload = event.payload
+        if (
+            isinstance(payload, PayloadModel)
+            and is_cleaned(payload)  # cleaned as the event was built: not walked again
+            and (event.call_id is None or bounded_id(event.call_id) == event.call_id)
+        ):
+            out.append(event)
+            continue
+        data = payload_json(payload)
         clean = (
             (event.call_id is None or bounded_id(event.call_id) == event.call_id)
-            and isinstance(event.payload, PayloadModel)  # not a dict a model_copy slipped in
+            and isinstance(payload, PayloadModel)  # not a dict a model_copy slipped in
             and clean_json(data) is data
         )
         if clean:

@@ -35,7 +35,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
-from nahida_workers.core.records import BatchRecord, RunRecord, SessionRecord
+from nahida_workers.core.records import STORED_ROW, BatchRecord, RunRecord, SessionRecord
 from nahida_workers.errors import (
     DuplicateResultError,
     DuplicateSequenceError,
@@ -249,21 +249,24 @@ class ReadScope:
 
 
 def session_row(row: Any) -> SessionRecord:
-    """A ``SessionRecord`` from a database row."""
-    return SessionRecord(
-        session_id=row.session_id,
-        parent_id=row.parent_id,
-        batch_id=row.batch_id,
-        workspace=row.workspace,
-        status=SessionStatus(row.status),
-        lease_epoch=row.lease_epoch,
-        config=row.config_json,
-        idempotency_key=row.idempotency_key,
-        created_at=utc(row.created_at),
-        updated_at=utc(row.updated_at),
-        cancel_requested_at=utc(row.cancel_requested_at),
-        open_epoch=row.open_epoch,
-        crash_streak=row.crash_streak or 0,
+    """A ``SessionRecord`` from a database row (its config not cleaned again)."""
+    return SessionRecord.model_validate(
+        dict(
+            session_id=row.session_id,
+            parent_id=row.parent_id,
+            batch_id=row.batch_id,
+            workspace=row.workspace,
+            status=SessionStatus(row.status),
+            lease_epoch=row.lease_epoch,
+            config=row.config_json,
+            idempotency_key=row.idempotency_key,
+            created_at=utc(row.created_at),
+            updated_at=utc(row.updated_at),
+            cancel_requested_at=utc(row.cancel_requested_at),
+            open_epoch=row.open_epoch,
+            crash_streak=row.crash_streak or 0,
+        ),
+        context={STORED_ROW: True},
     )
 
 

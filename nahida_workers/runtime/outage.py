@@ -28,27 +28,48 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def outage_retrying(within_s: float, *, clock: Clock | None = None) -> Retrying:
+def outage_retrying(
+    within_s: float, *, clock: Clock | None = None, started: float | None = None, done: int = 0
+) -> Retrying:
     """A tenacity loop that retries ``LedgerUnavailableError`` for ``within_s`` seconds.
 
     Waits 0.1 s, 0.2 s, 0.4 s ... (at most 2 s) between attempts; the last
     error is re-raised when the time is up.  ``within_s=0`` makes one attempt.
     Time is read and slept through ``clock`` (the Clock port; default the
     system clock), so a test with a fake clock never waits out a real window.
+    ``started`` (clock seconds) and ``done`` (attempts already made and
+    waited after) continue a window begun before the loop.
     """
     clock = clock or SystemClock()
-    started = clock.monotonic()
+    begun = clock.monotonic() if started is None else started
 
     def spent(_state: RetryCallState) -> bool:
-        return clock.monotonic() - started >= within_s
+        return clock.monotonic() - begun >= within_s
+
+    backoff = wait_exponential(multiplier=0.1, max=2.0)
+
+    def wait(state: RetryCallState) -> float:
+        state.attempt_number += done  # the schedule goes on from the attempts made before
+        try:
+            return backoff(state)
+        finally:
+            state.attempt_number -= done
 
     return Retrying(
         retry=retry_if_exception_type(LedgerUnavailableError),
         stop=spent,
-        wait=wait_exponential(multiplier=0.1, max=2.0),
+        wait=wait,
         sleep=clock.sleep,
         reraise=True,
     )
+
+
+def _first_failed(within_s: float, clock: Clock, started: float) -> bool:
+    """After a failed first attempt: wait as the loop would; False when the window is spent."""
+    if clock.monotonic() - started >= within_s:
+        return False
+    clock.sleep(0.1)  # the loop's first wait (0.1 s, as wait_exponential gives attempt 1)
+    return True
 
 
 def read_through_outage(read: Callable[[], T], *, within_s: float, clock: Clock | None = None) -> T:
@@ -57,7 +78,14 @@ def read_through_outage(read: Callable[[], T], *, within_s: float, clock: Clock 
     Raises:
         LedgerUnavailableError: still unavailable when the time is up.
     """
-    for attempt in outage_retrying(within_s, clock=clock):
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+    try:  # the first attempt outside tenacity: a healthy ledger pays no retry machinery
+        return read()
+    except LedgerUnavailableError:
+        if not _first_failed(within_s, clock, started):
+            raise
+    for attempt in outage_retrying(within_s, clock=clock, started=started, done=1):
         with attempt:
             return read()
     raise AssertionError("unreachable")  # pragma: no cover
@@ -91,8 +119,16 @@ def commit_through_outage(
         Anything ``write``, ``landed`` or ``before_retry`` raise otherwise
         (a ledger refusal, a lost lease) -- not retried.
     """
-    failed_once = False
-    for attempt in outage_retrying(within_s, clock=clock):
+    clock = clock or SystemClock()
+    started = clock.monotonic()
+    try:  # the first attempt outside tenacity: a healthy ledger pays no retry machinery
+        return write()
+    except LedgerUnavailableError as exc:
+        log.warning("commit: ledger unavailable (%s); retrying", exc)
+        if not _first_failed(within_s, clock, started):
+            raise
+    failed_once = True
+    for attempt in outage_retrying(within_s, clock=clock, started=started, done=1):
         with attempt:
             if failed_once:
                 before_retry()

@@ -153,6 +153,24 @@ def test_second_result_for_a_call_is_refused(ledger: Ledger) -> None:
     )
 
 
+def test_rules_after_a_rolled_back_write_see_only_the_committed_rows(ledger: Ledger) -> None:
+    """Issue 15: an adapter that keeps its rule facts between writes (the memory
+    twin folds only new rows) must forget what a rolled-back transaction wrote,
+    even when later writes bring the run back to the same length."""
+    w = make_world(ledger)
+    w.append(tool_call(w.run_id, 2, "c1"))
+    with pytest.raises(RuntimeError), ledger.transaction(fence=w.fence, run_id=w.hint) as tx:
+        ledger.append(tx, [tool_result(w.run_id, 3, "c1"), tool_call(w.run_id, 4, "c2")])
+        ledger.append(tx, [tool_result(w.run_id, 5, "c2"), terminal(w.run_id, 6)])
+        raise RuntimeError("roll back")
+    # the same sequences again, other rows: none of the rolled-back ones count
+    w.append(tool_call(w.run_id, 3, "c3"), tool_call(w.run_id, 4, "c4"))
+    w.append(tool_result(w.run_id, 5, "c1"), tool_result(w.run_id, 6, "c3"))
+    w.append(tool_call(w.run_id, 7, "c2"), tool_result(w.run_id, 8, "c2"))
+    refuse(w, DuplicateResultError, lambda tx: ledger.append(tx, [tool_result(w.run_id, 9, "c3")]))
+    assert [e.sequence for e in ledger.events(w.run_id)] == list(range(1, 9))
+
+
 def test_second_call_with_one_id_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
     w.append(tool_call(w.run_id, 2, "c1"))
