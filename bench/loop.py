@@ -238,17 +238,19 @@ class MinimalBaseline:
         return rid
 
 
-def langgraph_session_factory(dsn: str) -> Any:
-    """The same workload as a LangGraph graph with PostgresSaver, or None."""
-    try:
-        import langgraph.checkpoint.postgres  # noqa: F401  (the bench extra is installed)
-        from langgraph.graph import END, START, StateGraph
-    except ImportError:
-        return None
-    turns = script()
+def dict_state_graph(steps: list[dict[str, Any]], on_model: Any = None) -> Any:
+    """The workload as a minimal LangGraph dict-state graph (model -> tools -> model ...).
+
+    ``steps`` are the scripted turns; ``on_model`` (optional) is called at the
+    start of every model step (``bench/turns.py`` stamps turn times there).
+    Raises ImportError without LangGraph.
+    """
+    from langgraph.graph import END, START, StateGraph
 
     def model(state: State) -> dict[str, Any]:
-        turn = turns[state["turn"]]
+        if on_model is not None:
+            on_model()
+        turn = steps[state["turn"]]
         message = {
             "role": "assistant",
             "content": turn["text"],
@@ -270,6 +272,16 @@ def langgraph_session_factory(dsn: str) -> Any:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", route, ["tools", END])
     graph.add_edge("tools", "model")
+    return graph
+
+
+def langgraph_session_factory(dsn: str) -> Any:
+    """The same workload as a LangGraph graph with PostgresSaver, or None."""
+    try:
+        graph = dict_state_graph(script())
+        import langgraph.checkpoint.postgres  # noqa: F401  (the bench extra is installed)
+    except ImportError:
+        return None
     return _checkpointed(graph, dsn, {"messages": [{"role": "user", "content": "go"}], "turn": 0})
 
 

@@ -36,11 +36,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 
 from bench.common import scratch_database
+from bench.loop import dict_state_graph
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ledger.migrate import upgrade
@@ -162,47 +163,15 @@ def our_bytes(dsn: str, session_id: str) -> int:
     return int(row[0]) if row else 0
 
 
-class State(TypedDict):
-    """LangGraph state of the comparison graph."""
-
-    messages: list[dict[str, Any]]
-    turn: int
-
-
 def langgraph_factory(dsn: str, turns: int) -> Callable[[], tuple[list[float], str]] | None:
     """The workload as a LangGraph dict-state graph with PostgresSaver, or None."""
+    stamps: list[float] = []
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
-        from langgraph.graph import END, START, StateGraph
+
+        graph = dict_state_graph(script(turns), lambda: stamps.append(time.perf_counter()))
     except ImportError:
         return None
-    steps = script(turns)
-    stamps: list[float] = []
-
-    def model(state: State) -> dict[str, Any]:
-        stamps.append(time.perf_counter())
-        turn = steps[state["turn"]]
-        message = {
-            "role": "assistant",
-            "content": turn["text"],
-            "tool_calls": turn.get("tool_calls", []),
-        }
-        return {"messages": [*state["messages"], message], "turn": state["turn"] + 1}
-
-    def tools(state: State) -> dict[str, Any]:
-        calls = state["messages"][-1]["tool_calls"]
-        results = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
-        return {"messages": [*state["messages"], *results]}
-
-    def route(state: State) -> str:
-        return "tools" if state["messages"][-1]["tool_calls"] else END
-
-    graph = StateGraph(State)
-    graph.add_node("model", model)
-    graph.add_node("tools", tools)
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", route, ["tools", END])
-    graph.add_edge("tools", "model")
     conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
     saver = PostgresSaver(conn)  # type: ignore[arg-type]
     saver.setup()

@@ -132,45 +132,9 @@ class Fleet:
         ``prefork`` (a parent and ``concurrency`` child processes).
         """
         name = name or f"w{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
-        log = self.workdir / f"{name}.log"
-        handle = log.open("wb")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tasks",
-                "worker",
-                "-Q",
-                queues,
-                "--pool",
-                pool,
-                "-c",
-                str(concurrency),
-                "-n",
-                f"{name}@%h",
-                "--without-heartbeat",
-                "--without-mingle",
-                "--without-gossip",
-                "-l",
-                "INFO",
-            ],
-            cwd=ROOT,
-            env=self.env(),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
-        worker = Worker(name, proc, log)
-        self.workers.append(worker)
-        wait_for(
-            lambda: " ready." in worker.text() or proc.poll() is not None,
-            timeout=30,
-            what=f"worker {name} to start",
-        )
-        if proc.poll() is not None:
-            raise AssertionError(f"worker {name} exited at start:\n{worker.text()[-3000:]}")
-        return worker
+        args = ["worker", "-Q", queues, "--pool", pool, "-c", str(concurrency), "-n", f"{name}@%h"]
+        args += ["--without-heartbeat", "--without-mingle", "--without-gossip"]
+        return self._start(name, args, ready=" ready.", mode="wb", what="start")
 
     def start_beat(self, *, name: str | None = None) -> Worker:
         """Start ``celery -A tasks beat`` (its own schedule file) and wait until it runs.
@@ -179,38 +143,33 @@ class Fleet:
         schedule tick, and the ledger decides every fire once (DESIGN.md section 8).
         """
         name = name or f"beat{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
+        schedule = str(self.workdir / f"{name}-schedule")
+        args = ["beat", "-s", schedule, "--max-interval", "1"]
+        return self._start(name, args, ready="Sending due task", what="send its first task")
+
+    def _start(
+        self, name: str, args: list[str], *, ready: str, what: str, mode: str = "ab"
+    ) -> Worker:
+        """Run ``celery -A tasks ARGS -l INFO`` logging to ``NAME.log``; wait for ``ready``."""
         log = self.workdir / f"{name}.log"
-        handle = log.open("ab")
+        handle = log.open(mode)
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tasks",
-                "beat",
-                "-s",
-                str(self.workdir / f"{name}-schedule"),
-                "--max-interval",
-                "1",
-                "-l",
-                "INFO",
-            ],
+            [sys.executable, "-m", "celery", "-A", "tasks", *args, "-l", "INFO"],
             cwd=ROOT,
             env=self.env(),
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
-        beat = Worker(name, proc, log)
-        self.workers.append(beat)
+        worker = Worker(name, proc, log)
+        self.workers.append(worker)
         wait_for(
-            lambda: "Sending due task" in beat.text() or proc.poll() is not None,
+            lambda: ready in worker.text() or proc.poll() is not None,
             timeout=30,
-            what=f"beat {name} to send its first task",
+            what=f"{name} to {what}",
         )
         if proc.poll() is not None:
-            raise AssertionError(f"beat {name} exited at start:\n{beat.text()[-3000:]}")
-        return beat
+            raise AssertionError(f"{name} exited at start:\n{worker.text()[-3000:]}")
+        return worker
 
     def dispatcher(self, ledger: SqlLedger) -> Dispatcher:
         """A dispatcher publishing through the real broker, with this fleet's prefix.
