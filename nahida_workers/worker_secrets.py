@@ -140,6 +140,14 @@ _ENV_ASSIGNMENT = re.compile(
     r"[A-Z0-9_]*)=(\S+)"
 )
 
+#: ``x-api-key: value``, ``authorization: Basic value`` -- credential headers in any
+#: letter case (HTTP header names are case-insensitive); the name is kept.
+_HEADER = re.compile(
+    r"(?i)\b((?:proxy-)?authorization|x-api-key|api-key|x-auth-token):[ \t]*"
+    r"(?:(?:basic|bearer|token|digest)[ \t]+)?[^\s'\"]+"
+)
+_HEADER_HINTS = ("authorization:", "api-key:", "auth-token:")
+
 
 #: Substrings without which a pattern cannot match: plain ``in`` tests (fast)
 #: spare the regexes almost all text.
@@ -176,6 +184,10 @@ def redact(text: str) -> str:
         text = _URL_PASSWORD.sub(rf"\g<1>{_MASK}\g<2>", text)
     if "=" in text and any(hint in text for hint in _ENV_HINTS):
         text = _ENV_ASSIGNMENT.sub(rf"\g<1>={_MASK}", text)
+    if ":" in text:
+        lowered = text.lower()
+        if any(hint in lowered for hint in _HEADER_HINTS):
+            text = _HEADER.sub(rf"\g<1>: {_MASK}", text)
     return text
 
 

@@ -36,8 +36,9 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.runtime.dispatcher import provider_labels
+from nahida_workers.runtime.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, validation_summary
-from nahida_workers.runtime.wiring import Fleet, provider_for, registry_for
+from nahida_workers.runtime.wiring import Fleet
 
 __all__ = ["Services", "create_app"]
 
@@ -250,10 +251,7 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
     except ValidationError as exc:
         raise UserError(f"invalid job: {validation_summary(exc)}") from None
     spec = job.session_spec()
-    registry_for(spec, fleet.settings)
-    close = getattr(provider_for(spec), "close", None)
-    if callable(close):
-        close()
+    check_spec(spec, fleet.settings)  # tools, provider and script, as `nahida batch` checks
     workspace = Path(body.workspace)
     if not workspace.is_absolute() or not workspace.is_dir():
         raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")

@@ -38,15 +38,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
 from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
-from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.errors import ConfigError, UserError
-from nahida_workers.providers.scripted import unknown_script_agents, unknown_script_tools
-from nahida_workers.runtime.artifacts import PROMPT_ARTIFACT_TOOL, needs_artifact
+from nahida_workers.errors import UserError
 from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.outage import read_through_outage
+from nahida_workers.runtime.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
-from nahida_workers.runtime.wiring import Fleet, build_fleet, provider_for, registry_for
+from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings
 
 __all__ = ["BatchOptions", "check_resume", "run_batch"]
@@ -92,40 +90,13 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
 
     A scripted provider whose turns call a tool the job does not offer (a
     typo like ``Glb``) is the same usage error as an unknown tool in the
-    tools list.
+    tools list (``runtime/preflight.py``, shared with schedules and the API).
 
     Raises:
         ConfigError: an unknown tool, an invalid provider, a script calling a
             tool that is not offered.
     """
-    _validate_one(spec, settings, "the scripted provider")
-    for name in sorted(spec.agents):  # each Task profile, checked alike (DESIGN.md section 8)
-        _validate_one(spec.child_spec(name, "-"), settings, f"agent {name!r}'s scripted provider")
-
-
-def _validate_one(spec: SessionSpec, settings: Settings, who: str) -> None:
-    """:func:`_validate` for one spec: tools, provider, and what its script calls."""
-    tools = tuple(t for t in spec.tools if t != TASK_TOOL)  # the runtime runs Task itself
-    if TASK_TOOL in spec.tools and not spec.agents:
-        raise ConfigError("the job offers Task but names no agents: add an 'agents:' mapping")
-    registry = registry_for(spec.model_copy(update={"tools": tools}), settings)
-    close = getattr(provider_for(spec), "close", None)
-    if callable(close):
-        close()
-    offered = set(registry.names()) | ({TASK_TOOL} & set(spec.tools))
-    if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
-        offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt
-    unknown = unknown_script_tools(spec.provider, offered)
-    if unknown:
-        raise ConfigError(
-            f"{who} calls tools the job does not offer: {unknown}; offered: {sorted(offered)}"
-        )
-    agents = unknown_script_agents(spec.provider, set(spec.agents))
-    if agents:
-        raise ConfigError(
-            f"{who} starts Task agents the job does not define: {agents}; "
-            f"defined: {sorted(spec.agents)}"
-        )
+    check_spec(spec, settings)
 
 
 def batch_spec(options: BatchOptions) -> dict[str, Any]:

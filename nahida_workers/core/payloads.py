@@ -33,6 +33,8 @@ __all__ = [
     "call_payload",
     "result_content",
     "result_payload",
+    "shown_arguments",
+    "shown_text",
     "user_text",
 ]
 
@@ -90,6 +92,36 @@ def result_payload(
     }
 
 
+def _is_capped(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value.get("capped"))
+
+
+def shown_text(value: Any) -> str:
+    """The text a stored string shows the model.
+
+    A string the ledger's size cap replaced (``{capped, head, tail, sha256,
+    size}``, ``ledger/rules.py``) is shown as head and tail with a note of what
+    was omitted, never as the cap's storage record.
+    """
+    if _is_capped(value):
+        return (
+            f"{value.get('head', '')}\n... [{value.get('size')} bytes, sha256 "
+            f"{value.get('sha256')}; middle omitted] ...\n{value.get('tail', '')}"
+        )
+    return str(value)
+
+
+def shown_arguments(value: Any) -> Any:
+    """Stored call arguments as the model is shown them: every capped string as text."""
+    if _is_capped(value):
+        return shown_text(value)
+    if isinstance(value, dict):
+        return {k: shown_arguments(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown_arguments(v) for v in value]
+    return value
+
+
 def user_text(payload: Mapping[str, Any]) -> str:
     """The text a stored user input shows the model.
 
@@ -97,21 +129,9 @@ def user_text(payload: Mapping[str, Any]) -> str:
     excerpt (``runtime/artifacts.py``); a text the ledger's size cap replaced
     anyway is shown as head and tail, never as the cap's storage record.
     """
-    text = payload.get("text", "")
-    if isinstance(text, dict) and text.get("capped"):
-        return (
-            f"{text.get('head', '')}\n... [{text.get('size')} bytes, sha256 "
-            f"{text.get('sha256')}; middle omitted] ...\n{text.get('tail', '')}"
-        )
-    return str(text)
+    return shown_text(payload.get("text", ""))
 
 
 def result_content(payload: Mapping[str, Any]) -> str:
     """The text a stored result shows the model (a capped payload shows head+tail)."""
-    content = payload.get("content", "")
-    if isinstance(content, dict) and content.get("capped"):
-        return (
-            f"{content.get('head', '')}\n... [{content.get('size')} bytes, sha256 "
-            f"{content.get('sha256')}; middle omitted] ...\n{content.get('tail', '')}"
-        )
-    return str(content)
+    return shown_text(payload.get("content", ""))

@@ -25,6 +25,8 @@ from nahida_workers.core.payloads import (
     INTERRUPTED_TEXT,
     call_from_payload,
     result_content,
+    shown_arguments,
+    shown_text,
     user_text,
 )
 
@@ -153,7 +155,7 @@ def _close_turn(
     key = ("assistant", *head, len(turn_calls))
     calls = [_call(e, cache) for e in turn_calls]
     if key not in cache:
-        text = str(turn.payload.get("text", "")) if turn is not None else ""
+        text = shown_text(turn.payload.get("text", "")) if turn is not None else ""
         blocks = turn.payload.get("content_blocks") if turn is not None else None
         cache[key] = AssistantMessage(
             text=text,
@@ -174,7 +176,11 @@ def _close_turn(
 def _call(event: Event, cache: dict[tuple[object, ...], Message]) -> ToolCall:
     key = ("call", event.run_id, event.sequence)
     if key not in cache:
-        cache[key] = call_from_payload(event.payload)  # type: ignore[assignment]
+        call = call_from_payload(event.payload)
+        shown = shown_arguments(call.arguments)  # a capped argument is shown as text
+        if shown != call.arguments:
+            call = call.model_copy(update={"arguments": shown})
+        cache[key] = call  # type: ignore[assignment]
     return cache[key]  # type: ignore[return-value]
 
 

@@ -71,14 +71,10 @@ def _job(job: str | Path | dict[str, Any]) -> tuple[JobSpec, str | None]:
 
 
 def _check_runnable(job: JobSpec, settings: Settings) -> None:
-    """Build the job's tools and provider once, as ``nahida batch`` does before dispatching."""
-    from nahida_workers.runtime.wiring import provider_for, registry_for
+    """Build the job's tools and provider once and check its script, as ``nahida batch`` does."""
+    from nahida_workers.runtime.preflight import check_spec
 
-    spec = job.session_spec()
-    registry_for(spec, settings)
-    close = getattr(provider_for(spec), "close", None)
-    if callable(close):
-        close()
+    check_spec(job.session_spec(), settings)
 
 
 def build_definition(

@@ -75,3 +75,20 @@ def test_task_jobs_check_agents_and_each_profile(tmp_path: Any) -> None:
     bad_leaf = {"tools": ["Raed"]}
     with pytest.raises(ConfigError, match="Raed"):
         _validate(scripted_spec([{"text": "x"}], tools=("Task",), agents={"l": bad_leaf}), SETTINGS)
+
+
+def test_the_api_checks_the_script_before_any_session_exists(tmp_path: Any) -> None:
+    """``POST /v1/sessions`` refuses the same typo `nahida batch` refuses (HTTP 400)."""
+    from types import SimpleNamespace
+
+    from nahida_workers.api.app import SessionIn, _create_session
+
+    fleet = SimpleNamespace(settings=SETTINGS, ledger=None, dispatcher=None)
+    job = {
+        "prompt": "p",
+        "tools": ["Glob"],
+        "provider": {"kind": "scripted", "script": [glob("Glb"), {"text": "done"}]},
+    }
+    body = SessionIn(job=job, workspace=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"\['Glb'\]"):
+        _create_session(fleet, body)

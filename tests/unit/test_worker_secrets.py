@@ -28,6 +28,10 @@ DB_URL = f"postgresql+psycopg://postgres:{PASSWORD}@127.0.0.1:5432/nahida"
         ("header Bearer abcdef1234", "abcdef1234"),
         ("OPENAI_API_KEY=whatever-it-is", "whatever-it-is"),
         ("MY_DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
+        ("curl -H 'x-api-key: proxyKey123456'", "proxyKey123456"),  # Anthropic's header
+        ("> authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+        ("AUTHORIZATION: token tok987654321", "tok987654321"),
+        ("api-key: azureKey0987654", "azureKey0987654"),
     ],
 )
 def test_redaction_masks_every_common_credential_shape(text: str, hidden: str) -> None:
@@ -99,12 +103,14 @@ def _redact_everything(text: str) -> str:
     text = ws._store.mask(text)
     text = ws._KEY_SHAPES.sub(ws._MASK, text)
     text = ws._URL_PASSWORD.sub(rf"\g<1>{ws._MASK}\g<2>", text)
-    return ws._ENV_ASSIGNMENT.sub(rf"\g<1>={ws._MASK}", text)
+    text = ws._ENV_ASSIGNMENT.sub(rf"\g<1>={ws._MASK}", text)
+    return ws._HEADER.sub(rf"\g<1>: {ws._MASK}", text)
 
 
 _PIECES = [
     "sk-", "sk-ant-", "gsk_", "hf_", "glpat-", "AKIA", "xoxb-", "ghp_", "Bearer ", "bearer\t",
-    "Authorization: ", "://", "user:", "@", "=", "API_KEY", "PASSWORD",
+    "Authorization: ", "AUTHORIZATION:", "x-api-key:", "Api-Key: ", "Basic ",
+    "://", "user:", "@", "=", "API_KEY", "PASSWORD",
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
     "abcdefghijklmnopqrstuvwxyz0123456789", "ABCDEFGHIJKLMNOP",
     " ", "\n", "_", "-", ":", "é", "ok",

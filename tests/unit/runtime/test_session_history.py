@@ -156,3 +156,34 @@ def test_history_is_compacted_to_the_budget_keeping_pairs(shape: str, tmp_path: 
     assert "And who wrote it" in json.dumps(messages[-1]), "nor the latest input"
     assert COMPACTED_PREFIX in seen
     assert "line 399" not in seen, "the oversized call and result were dropped together"
+
+
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+def test_a_later_run_never_sees_the_ledgers_cap_record(shape: str, tmp_path: Path) -> None:
+    """Strings the ledger capped (a long reply, a large Write) come back as text, not as a dict."""
+    stream, build = SHAPES[shape]
+    content = "W" * 300_000  # over the 256 KiB payload cap: the tool_call row holds a cap record
+    answers = [
+        stream("T" * 300_000, ("call_w1", "Write", {"path": "big.txt", "content": content})),
+        stream("Wrote big.txt."),
+        stream("It is 300000 bytes."),
+    ]
+    recorder = Recorder([httpx.Response(200, headers=SSE, text=a) for a in answers])
+    runner = memory_runner(provider_for=lambda _spec: build(recorder))
+    dispatcher = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock)
+    session, _ = dispatcher.submit(
+        scripted_spec([{"text": "unused"}], prompt="Write big.txt.", tools=("Write",)),
+        workspace=str(tmp_path),
+    )
+    runner.run(session.session_id)
+    Inbox(runner.ledger, runner.leases, dispatcher, runner.clock).post(
+        session.session_id, "How large is it?", next_turn=False
+    )
+    runner.run(session.session_id)
+    assert (tmp_path / "big.txt").read_text() == content
+    assert len(recorder.requests) == 3
+    messages = recorder.bodies()[2]["messages"]
+    (validate_openai_messages if shape == "openai" else validate_anthropic_messages)(messages)
+    seen = _texts(messages)
+    assert "capped" not in seen, "a storage record reached the model"
+    assert seen.count("middle omitted") == 2, "the reply and the argument are shown as excerpts"

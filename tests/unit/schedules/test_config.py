@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parents[3]
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
 
 
+_TYPO = {
+    "name": "x",
+    "prompt": "p",
+    "provider": {
+        "kind": "scripted",
+        "script": [{"tool_calls": [{"id": "g", "name": "Glb", "arguments": {"pattern": "*"}}]}],
+    },
+}
+
+
 def _settings() -> Settings:
     return Settings(_env_file=None)  # type: ignore[call-arg]
 
@@ -57,6 +67,10 @@ def test_a_definition_snapshots_the_job_and_resolves_paths(tmp_path: Path) -> No
         ({"job": {"name": "x"}}, "invalid inline job"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Nope"]}}, "unknown tool"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Glob"]}}, "scripted provider needs"),
+        (  # the script is checked as `nahida batch` checks it (issue 10 item 9)
+            {"job": {**_TYPO, "tools": ["Glob"]}},
+            r"calls tools the job does not offer: \['Glb'\]",
+        ),
     ],
 )
 def test_bad_input_is_a_config_error_naming_it(
