@@ -158,6 +158,19 @@ class ScheduleDef(_Value):
             raise ValueError("give exactly one of cron and every")
         return self
 
+    def same_trigger(self, other: ScheduleDef) -> bool:
+        """Whether ``other`` fires at the same instants (cron, interval and time zone equal).
+
+        An update that changes the trigger moves the schedule's cursor to the
+        update time: the new trigger's fire times before the edit never
+        existed, so they are neither caught up nor recorded missed.
+        """
+        return (self.cron, self.every_s, self.timezone) == (
+            other.cron,
+            other.every_s,
+            other.timezone,
+        )
+
     def trigger_text(self) -> str:
         """``cron 0 3 * * * Europe/Berlin`` or ``every 60s``."""
         if self.cron is not None:
