@@ -291,6 +291,20 @@ def test_editing_the_trigger_neither_runs_nor_misses_the_new_triggers_past_fires
     assert world.table() == [(3 * 3600, "dispatched"), (15 * 3600 + 60, "dispatched")]
 
 
+def test_a_schedule_whose_planning_raises_does_not_stop_the_others() -> None:
+    world = World()
+    good = world.add("good")
+    broken = good.definition.model_construct(  # stored before validation refused it
+        **{**dict(good.definition), "name": "broken", "catchup_window_s": float("inf")}
+    )
+    world.store.put(broken, schedule_id="id-broken", at=world.clock.now())
+    world.move_to(10.5)
+    report = world.scheduler().tick()
+    assert world.table("good") == [(10, "dispatched")]
+    assert world.table("broken") == []
+    assert [e.split(":")[0] for e in report.errors] == ["broken"]
+
+
 def test_trigger_fires_now_and_a_removed_schedule_never_fires() -> None:
     world = World()
     world.add(every_s=3600)
