@@ -502,7 +502,10 @@ class ChildLedger(Protocol[TxIn]):
         """``status = waiting`` with ``awaiting`` recorded, iff one of them is not done.
 
         Runs under the session's fence (its row lock).  Returns False, writing
-        nothing, when every awaited child is already done.
+        nothing, when every awaited child is already done -- or when the
+        session's cancel was requested (a cancel that landed while the owner
+        still held its lease re-dispatched nobody: parking would leave it
+        unseen until the children end, and they would never be cancelled).
         """
         ...
 

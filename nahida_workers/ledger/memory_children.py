@@ -96,6 +96,9 @@ class MemoryChildren:
             for cid in awaiting
         ):
             return False
+        own = led.tables.sessions.get(session_id)
+        if own is not None and own.cancel_requested_at is not None:
+            return False  # a cancel is never parked on (ports.ChildLedger.park)
         led._update_session(tx, session_id, status=SessionStatus.WAITING, updated_at=at)
         link = self._links.get(session_id) or ChildLink(session_id, root_id=session_id)
         led.tables.put(tx, self._links, session_id, _with_awaiting(link, awaiting))

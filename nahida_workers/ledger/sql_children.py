@@ -163,12 +163,12 @@ class SqlChildren:
         ).scalar_one()
         if done >= len(set(awaiting)):
             return False
-        tx.conn.execute(
+        parked = tx.conn.execute(
             update(t.sessions)
-            .where(s.session_id == session_id)
+            .where(s.session_id == session_id, s.cancel_requested_at.is_(None))
             .values(status=SessionStatus.WAITING.value, awaiting_json=list(awaiting), updated_at=at)
         )
-        return True
+        return parked.rowcount == 1  # a cancel is never parked on (ports.ChildLedger.park)
 
     def link(self, session_id: str) -> ChildLink | None:
         """A session's place in its tree (a top-level session is its own root)."""

@@ -414,7 +414,8 @@ class CommitPoints:
         child's completion post takes too, so no wake-up is lost): the
         ``parked`` control event, ``sessions.status = waiting`` and the
         awaited child ids.  Returns True when the session parked; False
-        (nothing written) when the children ended meanwhile: adopt them.
+        (nothing written) when the children ended meanwhile (adopt them) or
+        its cancel was requested (``cancel_seen`` is then set: seal it).
         """
         family = self.family
         if family is None:
@@ -444,6 +445,8 @@ class CommitPoints:
             within_s=self.outage_s,
         )
         if parked is False:
+            session = self.ledger.get_session(self.fence.session_id)
+            self.cancel_seen = session is not None and session.cancel_requested_at is not None
             return False
         state.apply(event)
         if self.observer is not None:

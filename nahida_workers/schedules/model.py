@@ -13,13 +13,14 @@ Plain values; no I/O.  Timestamps are timezone-aware UTC.
 
 from __future__ import annotations
 
+import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
@@ -35,6 +36,10 @@ __all__ = [
 
 #: Schedule names: what ``nahida schedule show NAME`` accepts.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+#: The longest interval, jitter or catch-up window (10 years): beyond it the
+#: fire-time arithmetic leaves datetime's range, and no schedule means it.
+MAX_DURATION_S = 10 * 366 * 86400.0
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -61,6 +66,8 @@ def parse_duration(text: str | float | int) -> float:
             value = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if value < 0:
         raise ValueError(f"a duration cannot be negative: {text!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"not a duration: {text!r} (it must be finite)")
     return value
 
 
@@ -127,11 +134,11 @@ class ScheduleDef(_Value):
     job_path: str | None = None
     repos: tuple[str, ...] = Field(min_length=1)
     cron: str | None = None
-    every_s: float | None = Field(None, ge=1.0)
+    every_s: float | None = Field(None, ge=1.0, le=MAX_DURATION_S)
     timezone: str = "UTC"
     overlap: Overlap = Overlap.SKIP
-    catchup_window_s: float = Field(300.0, ge=1.0)
-    jitter_s: float = Field(0.0, ge=0.0)
+    catchup_window_s: float = Field(300.0, ge=1.0, le=MAX_DURATION_S)
+    jitter_s: float = Field(0.0, ge=0.0, le=MAX_DURATION_S)
 
     @field_validator("timezone")
     @classmethod
@@ -150,6 +157,10 @@ class ScheduleDef(_Value):
         value = " ".join(value.split())
         if len(value.split(" ")) != 5 or not croniter.is_valid(value):
             raise ValueError(f"invalid cron expression {value!r} (5 fields: m h dom mon dow)")
+        try:  # a valid expression may still match no date at all (0 3 31 2 *)
+            croniter(value, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+        except CroniterBadDateError:
+            raise ValueError(f"cron expression {value!r} never fires (no such date)") from None
         return value
 
     @model_validator(mode="after")
@@ -157,6 +168,19 @@ class ScheduleDef(_Value):
         if (self.cron is None) == (self.every_s is None):
             raise ValueError("give exactly one of cron and every")
         return self
+
+    def same_trigger(self, other: ScheduleDef) -> bool:
+        """Whether ``other`` fires at the same instants (cron, interval and time zone equal).
+
+        An update that changes the trigger moves the schedule's cursor to the
+        update time: the new trigger's fire times before the edit never
+        existed, so they are neither caught up nor recorded missed.
+        """
+        return (self.cron, self.every_s, self.timezone) == (
+            other.cron,
+            other.every_s,
+            other.timezone,
+        )
 
     def trigger_text(self) -> str:
         """``cron 0 3 * * * Europe/Berlin`` or ``every 60s``."""

@@ -141,9 +141,13 @@ class Scheduler:
         for schedule in self.store.live():
             if schedule.paused:
                 continue
-            active, buffered = self._running(schedule, now)
-            plan = plan_tick(schedule, now=now, active=active, buffered=buffered)
-            self._perform(schedule, plan, now, report)
+            try:
+                active, buffered = self._running(schedule, now)
+                plan = plan_tick(schedule, now=now, active=active, buffered=buffered)
+                self._perform(schedule, plan, now, report)
+            except Exception as exc:  # one broken schedule must not stop the others
+                log.exception("schedule %s: tick failed", schedule.name)
+                report.errors.append(f"{schedule.name}: {type(exc).__name__}: {exc}"[:500])
         self._redrive(now, report)
         return report
 

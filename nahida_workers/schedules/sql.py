@@ -162,11 +162,15 @@ class SqlScheduleStore:
             current = _schedule(row)
             if current.definition == definition:
                 return current, Change.UNCHANGED
+            cursor = current.cursor
+            if not current.definition.same_trigger(definition):
+                cursor = max(cursor, at)  # the new trigger's past fire times never existed
             conn.execute(
                 update(t.schedules)
                 .where(t.schedules.c.schedule_id == current.schedule_id)
                 .values(
                     definition_json=data,
+                    cursor_at=_u(cursor),
                     version=t.schedules.c.version + 1,
                     updated_at=_u(at),
                 )

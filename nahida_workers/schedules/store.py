@@ -46,8 +46,11 @@ class ScheduleStore(Protocol):
     ) -> tuple[Schedule, Change]:
         """Create the schedule, or update the live one of that name.
 
-        An update keeps the id, cursor and pause state and bumps the version;
-        an equal definition writes nothing (``apply`` is idempotent).
+        An update keeps the id, cursor and pause state and bumps the version
+        -- except that a changed trigger (cron, interval or time zone) moves
+        the cursor to ``at`` (never back): fire times of the new trigger
+        before the edit are neither run nor recorded missed.  An equal
+        definition writes nothing (``apply`` is idempotent).
         ``schedule_id`` is used only when a schedule is created.
         """
         ...
@@ -197,8 +200,15 @@ class MemoryScheduleStore:
                 return created, Change.CREATED
             if current.definition == definition:
                 return current, Change.UNCHANGED
+            cursor = current.cursor
+            if not current.definition.same_trigger(definition):
+                cursor = max(cursor, at)
             return self._save(
-                current, definition=definition, version=current.version + 1, updated_at=at
+                current,
+                definition=definition,
+                cursor=cursor,
+                version=current.version + 1,
+                updated_at=at,
             ), Change.UPDATED
 
     def get(self, name: str) -> Schedule | None:

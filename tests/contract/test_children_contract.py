@@ -179,6 +179,17 @@ def test_park_refuses_when_every_awaited_child_is_done(ledger: Any) -> None:
     assert ledger.get_session("s-1").status is not SessionStatus.WAITING
 
 
+def test_park_refuses_a_session_whose_cancel_was_requested(ledger: Any) -> None:
+    w = make_world(ledger)
+    children = child_ledger(ledger)
+    spawn(w, "k1")
+    with ledger.transaction() as tx:
+        ledger.request_cancel(tx, "s-1", at=at(2))
+    with ledger.transaction(fence=w.fence) as tx:
+        assert not children.park(tx, "s-1", ["k1"], at=at(3))
+    assert ledger.get_session("s-1").status is not SessionStatus.WAITING
+
+
 def test_a_child_seal_and_its_post_roll_back_together(ledger: Any) -> None:
     w = make_world(ledger)
     children = child_ledger(ledger)

@@ -76,6 +76,25 @@ def test_put_creates_updates_and_is_idempotent(store: ScheduleStore) -> None:
     assert store.get("missing") is None
 
 
+def test_an_update_that_changes_the_trigger_moves_the_cursor_to_the_edit(
+    store: ScheduleStore,
+) -> None:
+    store.put(definition(), schedule_id="s1", at=T0)
+    kept, _ = store.put(definition(jitter_s=5), schedule_id="s1", at=at(60))
+    assert kept.cursor == T0  # same trigger: pending fire times stay pending
+    for n, change in enumerate(
+        [{"cron": "*/5 * * * *"}, {"cron": "*/5 * * * *", "timezone": "Asia/Tokyo"}],
+        start=1,
+    ):
+        moved, _ = store.put(
+            definition(every_s=None, **change), schedule_id="s1", at=at(60 * (n + 1))
+        )
+        assert moved.cursor == at(60 * (n + 1)) and moved.version == n + 1
+    every, _ = store.put(definition(every_s=60), schedule_id="s1", at=at(30))
+    # the trigger changed again, but a cursor never moves back
+    assert every.cursor == at(180)
+
+
 def test_definitions_round_trip_exactly(store: ScheduleStore) -> None:
     d = definition(
         "berlin", every_s=None, cron="30 2 * * *", timezone="Europe/Berlin", jitter_s=1.5

@@ -202,6 +202,34 @@ def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
     assert len(child_ledger(ledger).children(parent)) == 1
 
 
+def test_a_cancel_landing_while_the_parent_holds_its_lease_is_not_parked_on(
+    w: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inbox.cancel re-dispatches nobody while the lease is held; parking would hide it."""
+    from nahida_workers.runtime.commits import CommitPoints
+
+    agents = {**AGENTS, "slow": profile({"text": "Slow."})}
+    parent = submit(
+        w, [{"text": "go", "tool_calls": [task("call_a", "slow")]}, {"text": "x"}], agents=agents
+    )
+    ledger, commit_turn = w.runner.ledger, CommitPoints.commit_turn
+
+    def cancel_after_the_turn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        committed = commit_turn(self, *args, **kwargs)
+        Inbox(ledger, w.runner.leases, w.dispatcher, w.runner.clock).cancel(parent)
+        return committed
+
+    monkeypatch.setattr(CommitPoints, "commit_turn", cancel_after_the_turn)
+    first = w.queue.published.pop(0)[0]
+    assert w.runner.run(first) is SessionOutcome.FINISHED  # sealed, not parked
+    monkeypatch.setattr(CommitPoints, "commit_turn", commit_turn)
+    assert terminal(ledger, parent)["state"] == "cancelled"
+    kid = child_id(RUN, "call_a")
+    assert ledger.get_session(kid).cancel_requested_at is not None  # parent_close: cancel
+    w.pump()
+    assert terminal(ledger, kid)["state"] == "cancelled"
+
+
 def test_cancelling_a_waiting_parent_cancels_its_children(w: World) -> None:
     agents = {**AGENTS, "slow": profile({"text": "Slow."})}
     parent = submit(

@@ -275,6 +275,36 @@ def test_pause_stops_fires_and_resume_does_not_run_the_paused_ones() -> None:
     assert world.table() == [(10, "dispatched"), (50, "dispatched")]
 
 
+def test_editing_the_trigger_neither_runs_nor_misses_the_new_triggers_past_fires() -> None:
+    world = World()
+    world.add(cron="0 3 * * *", every_s=None, repos=("/r1",))
+    world.move_to(3 * 3600 + 0.5)
+    world.scheduler().tick()
+    assert world.table() == [(3 * 3600, "dispatched")]
+    world.move_to(15 * 3600)  # the nightly schedule becomes an every-minute one
+    definition = world.store.get("s").definition.model_copy(  # type: ignore[union-attr]
+        update={"cron": None, "every_s": 60.0, "overlap": Overlap.ALLOW}
+    )
+    world.store.put(definition, schedule_id="id-s", at=world.clock.now())
+    world.move_to(15 * 3600 + 60.5)
+    world.scheduler().tick()
+    assert world.table() == [(3 * 3600, "dispatched"), (15 * 3600 + 60, "dispatched")]
+
+
+def test_a_schedule_whose_planning_raises_does_not_stop_the_others() -> None:
+    world = World()
+    good = world.add("good")
+    broken = good.definition.model_construct(  # stored before validation refused it
+        **{**dict(good.definition), "name": "broken", "catchup_window_s": float("inf")}
+    )
+    world.store.put(broken, schedule_id="id-broken", at=world.clock.now())
+    world.move_to(10.5)
+    report = world.scheduler().tick()
+    assert world.table("good") == [(10, "dispatched")]
+    assert world.table("broken") == []
+    assert [e.split(":")[0] for e in report.errors] == ["broken"]
+
+
 def test_trigger_fires_now_and_a_removed_schedule_never_fires() -> None:
     world = World()
     world.add(every_s=3600)

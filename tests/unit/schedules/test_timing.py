@@ -227,6 +227,11 @@ def test_bad_durations_are_refused(text: str) -> None:
         ({"cron": "0 3 * * *", "every_s": 5}, "exactly one"),
         ({}, "exactly one"),
         ({"every_s": 0.5}, "greater than or equal"),
+        ({"cron": "0 0 30 2 *"}, "never fires"),
+        ({"cron": "0 0 31 4 *"}, "never fires"),
+        ({"every_s": float("inf")}, "less than or equal"),
+        ({"every_s": 60, "catchup_window_s": float("inf")}, "less than or equal"),
+        ({"every_s": 60, "jitter_s": 1e30}, "less than or equal"),
     ],
 )
 def test_invalid_definitions_name_the_problem(fields: dict[str, object], message: str) -> None:
