@@ -28,6 +28,7 @@ from nahida_workers.runtime.children import child_id
 from nahida_workers.runtime.inbox import Inbox
 from nahida_workers.runtime.owner import SessionOutcome
 from nahida_workers.testing.doubles import memory_runner
+from nahida_workers.testing.validate import validate_anthropic_messages, validate_openai_messages
 from tests.unit.runtime.test_children import AGENTS, World, profile, task
 from tests.unit.runtime.test_children_background import RUN, submit, terminal
 
@@ -112,4 +113,6 @@ def test_runs_show_and_both_projections_see_the_cancelled_results(w: World) -> N
     ]
     assert [b["tool_use_id"] for b in blocks] == ["call_a", "call_b"]
     assert all(b.get("is_error") for b in blocks)
+    validate_openai_messages(openai)  # the pairing validators the chaos run uses
+    validate_anthropic_messages(anthropic)
     json.dumps(openai), json.dumps(anthropic)  # both bodies serialise
