@@ -32,6 +32,7 @@ from nahida_workers.providers.openai_compat import OpenAICompatProvider
 from nahida_workers.providers.openai_stream import OpenAIStreamParser, parse_openai_completion
 from nahida_workers.providers.sse import SSEEvent
 from nahida_workers.testing import memory_runner, run_inline, scripted_spec
+from nahida_workers.testing.validate import validate_anthropic_messages
 from tests.unit.providers.helpers import Recorder, wire
 
 W01_NAMES = ("get_country", "get_product_name")
@@ -214,6 +215,9 @@ def test_text_with_only_a_nameless_call_is_not_an_answer(tmp_path: Path) -> None
     result = run(tmp_path, anthropic(recorder))
     assert outcome(result) == ("failed", "provider_protocol_invalid")
     assert len(recorder.requests) == 2
+    repair_request = recorder.bodies()[1]["messages"]
+    validate_anthropic_messages(repair_request)  # the text goes back, the dropped calls do not
+    assert [b["type"] for b in repair_request[1]["content"]] == ["text"]
 
 
 def test_a_nameless_call_then_an_answer_completes(tmp_path: Path) -> None:
