@@ -319,6 +319,28 @@ def test_trigger_fires_now_and_a_removed_schedule_never_fires() -> None:
     assert world.ledger.batches()[0].batch_id == fire.batch_id and len(world.ledger.batches()) == 1
 
 
+def test_a_trigger_at_a_scheduled_fire_time_leaves_the_scheduled_fire_to_the_tick() -> None:
+    """Trigger at t = 10.000 (a fire time of every 10 s), then tick: both fires run."""
+    world = World()
+    world.add(overlap=Overlap.ALLOW)
+    world.move_to(10)
+    manual = world.scheduler().trigger("s")
+    assert manual.kind is FireKind.MANUAL and manual.outcome is FireOutcome.DISPATCHED
+    world.move_to(10.5)
+    world.scheduler().tick()
+    scheduled = world.store.get_fire("id-s", world.at(10))
+    assert scheduled is not None and scheduled.kind is FireKind.SCHEDULED
+    assert scheduled.outcome is FireOutcome.DISPATCHED
+    assert {b.batch_id for b in world.ledger.batches()} == {manual.batch_id, scheduled.batch_id}
+    assert len(world.ledger.sessions()) == 4  # two repositories, two fires
+    # the other order: the tick decided t = 20 first, a trigger at 20.000 is still its own fire
+    world.move_to(20)
+    world.scheduler().tick()
+    again = world.scheduler().trigger("s")
+    assert again.kind is FireKind.MANUAL and again.fire_time == world.at(20.001)
+    assert len(world.ledger.batches()) == 4
+
+
 def test_the_batch_report_of_a_fire_names_its_schedule_and_fire_time() -> None:
     from nahida_workers.cli.report import batch_report
 
