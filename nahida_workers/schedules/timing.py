@@ -43,9 +43,14 @@ __all__ = [
     "jitter_offset",
     "next_fire",
     "previous_fire",
+    "shortest_period",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Where :func:`shortest_period` samples a cron expression (a leap year follows).
+_SAMPLE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+_SAMPLE_FIRES = 512
+_SAMPLE_SPAN = timedelta(days=800)
 
 
 def iso(instant: datetime) -> str:
@@ -155,6 +160,29 @@ def fire_times(
         found.append(instant)
         k += 1
     return found
+
+
+def shortest_period(definition: ScheduleDef) -> timedelta:
+    """The shortest gap between two consecutive fires: the interval, or cron's nominal one.
+
+    A cron expression is sampled in UTC (no DST) from 2000-01-01 for at most
+    512 fires or 800 days, whichever ends first: ``*/15 * * * *`` -> 15 min,
+    ``0 3 * * 1-5`` -> 1 day, ``0 0 1 1 *`` -> 365 days.
+    """
+    if definition.cron is None:
+        return timedelta(milliseconds=_every_ms(definition))
+    it = croniter(definition.cron, _SAMPLE_FROM)
+    previous: datetime = it.get_next(datetime)
+    shortest: timedelta | None = None
+    for _ in range(_SAMPLE_FIRES):
+        current: datetime = it.get_next(datetime)
+        gap = current - previous
+        shortest = gap if shortest is None else min(shortest, gap)
+        if current - _SAMPLE_FROM > _SAMPLE_SPAN:
+            break
+        previous = current
+    assert shortest is not None
+    return shortest
 
 
 def jitter_offset(schedule_id: str, fire_time: datetime, jitter_s: float) -> timedelta:
