@@ -19,7 +19,9 @@ with, which lives in its own memory.  So, once, when a worker starts:
 What remains (README, "Tools and their limits"): Bash runs as the worker's
 user, so it can read any file that user can (an env file included), and the
 environment of processes that started the worker.  Known secret values are
-also masked wherever the ledger stores text (:func:`redact_known`).
+also masked wherever the ledger stores text (:func:`redact_known`), and
+:func:`redact` masks credential shapes (keys, headers, URL passwords, values
+under a secret name in env, JSON and YAML lines) in every tool result.
 """
 
 from __future__ import annotations
@@ -126,14 +128,15 @@ _KEY_SHAPES = re.compile(
     r"|\bhf_[A-Za-z0-9]{16,}"  # Hugging Face
     r"|\bglpat-[A-Za-z0-9_\-]{16,}"  # GitLab
     r"|\bAuthorization:[ \t]*\S+[ \t]+\S+"  # Authorization headers, any scheme
-    r"|\b[Bb]earer\s+[A-Za-z0-9._~+/=\-]{8,}"  # bearer tokens
+    r"|\b(?ai:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}"  # bearer tokens, any letter case
     r"|\bAKIA[0-9A-Z]{16}"  # AWS access key ids
     r"|\bgh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
     r"|\bxox[abpr]-[A-Za-z0-9-]{10,}"  # Slack tokens
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----)"
 )
-#: ``scheme://user:PASSWORD@host`` -- a database or broker URL with its password.
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+(@)")
+#: ``scheme://user:PASSWORD@host`` -- a database or broker URL with its password (up to
+#: the authority's last ``@``: a password with an unencoded ``@`` is masked whole).
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s]*[^/\s@](@)")
 #: ``SOME_API_KEY=value`` -- an environment dump line (upper-case names, as env vars are).
 _ENV_ASSIGNMENT = re.compile(
     r"\b([A-Z_][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?)"
@@ -148,6 +151,40 @@ _HEADER = re.compile(
 )
 _HEADER_HINTS = ("authorization:", "api-key:", "auth-token:")
 
+#: A name that says it holds a secret, in any letter case, as the *whole* name or
+#: its last part: ``openai_api_key``, ``aws_secret_access_key``, ``client_secret``,
+#: ``db-password``, ``github_token``.  ``max_tokens``, ``token_count``, ``cache_key``
+#: and ``pwd`` are not secret names.
+_NAMED = (
+    r"(?<![A-Za-z0-9_.\-])(?:[A-Za-z0-9]+[_.\-])*"
+    r"(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?(?:access[_-]?)?key|private[_-]?key"
+    r"|auth[_-]?key|client[_-]?secret|secret|password|passwd|passphrase|credentials?"
+    r"|(?:access[_-]?|refresh[_-]?|auth[_-]?|id[_-]?|api[_-]?|bearer[_-]?)?token)"
+)
+#: ``openai_api_key=sk-...``, ``export aws_secret_access_key=...`` -- an env file or shell
+#: line in any letter case (``export -p`` prints ``declare -x name="value"``).  Only at
+#: the start of a line (``export`` may be indented):
+#: ``def f(api_key=None)`` and indented keyword arguments are code, not assignments.
+_ENV_LINE = re.compile(rf"(?aim)^((?:[ \t]*(?:export|declare[ \t]+-[a-z]+)[ \t]+)?{_NAMED})=\S+")
+#: ``"api_key": "..."``, ``'password': '...'`` -- a JSON (or Python repr) string value
+#: under a secret name; other value types (numbers, null, variables) are left alone.
+_QUOTED_VALUE = re.compile(
+    rf"(?ai)([\"'])({_NAMED})\1([ \t]*:[ \t]*)([\"'])(?:(?!\4)[^\\\n]|\\.)+\4"
+)
+#: ``api_key: value`` -- a YAML line: a quoted value, or a bare one of 8+ characters with a
+#: digit and no brackets (so ``token: str`` and ``api_key: Optional[str] = None``, type
+#: annotations, stay as they are).
+_YAML_VALUE = re.compile(
+    rf"(?aim)^([ \t]*(?:-[ \t]+)?{_NAMED}[ \t]*:[ \t]+)"
+    r"(?:([\"'])(?:(?!\2)[^\n])+\2"
+    r"|(?=[^\s#]*[0-9])[^\s#'\"\[\](){},=]{8,}(?=[ \t]*(?:#|$)))"
+)
+#: Lower-case substrings without which no secret name can match.  The patterns are ASCII
+#: (``(?a)``): with Unicode case folding a long s (U+017F) matches ``s``, so
+#: ``pa\u017f\u017fword`` would match ``password`` while ``str.lower()`` keeps the
+#: long s, and the shortcut would skip a match.
+_NAME_HINTS = ("key", "token", "secret", "passw", "passphrase", "credential")
+
 
 #: Substrings without which a pattern cannot match: plain ``in`` tests (fast)
 #: spare the regexes almost all text.
@@ -161,9 +198,12 @@ _ENV_HINTS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL")
 def redact(text: str) -> str:
     """Mask credentials in ``text``: key shapes, URL passwords, ``*_KEY=`` values, held values.
 
-    Used wherever text is stored or shown to the model (the ledger's payload
-    walk, every tool result).  Masks with ``[REDACTED]``; the user and host of
-    a URL are kept.
+    Also the value under a secret name (``_NAMED``) in an env or shell line
+    (``openai_api_key=...``, ``export aws_secret_access_key=...``), a JSON or
+    Python-repr string (``"api_key": "..."``) and a YAML line (``password:
+    ...``).  Used wherever text is stored or shown to the model (the ledger's
+    payload walk, every tool result).  Masks with ``[REDACTED]``; the user and
+    host of a URL and every name are kept.
     """
     text = _store.mask(text)
     # Every pattern needs one of these (see _KEY_SHAPES, _URL_PASSWORD,
@@ -175,19 +215,35 @@ def redact(text: str) -> str:
         and ":" not in text
         and "=" not in text
         and "AKIA" not in text
-        and "earer" not in text
+        and "earer" not in text.lower()  # last: only text that passed every other test
     ):
         return text
-    if any(hint in text for hint in _KEY_HINTS):
+    lowered = text.lower()
+    if "bearer" in lowered or any(hint in text for hint in _KEY_HINTS):
         text = _KEY_SHAPES.sub(_MASK, text)
     if "://" in text and "@" in text:
         text = _URL_PASSWORD.sub(rf"\g<1>{_MASK}\g<2>", text)
     if "=" in text and any(hint in text for hint in _ENV_HINTS):
         text = _ENV_ASSIGNMENT.sub(rf"\g<1>={_MASK}", text)
+    if ":" in text and any(hint in lowered for hint in _HEADER_HINTS):
+        text = _HEADER.sub(rf"\g<1>: {_MASK}", text)
+    if any(hint in lowered for hint in _NAME_HINTS):
+        text = _redact_named(text)
+    return text
+
+
+def _yaml_mask(match: re.Match[str]) -> str:
+    quote = match.group(2) or ""
+    return f"{match.group(1)}{quote}{_MASK}{quote}"
+
+
+def _redact_named(text: str) -> str:
+    """Mask values under secret names: env lines, JSON / repr strings, YAML lines."""
+    if "=" in text:
+        text = _ENV_LINE.sub(rf"\g<1>={_MASK}", text)
     if ":" in text:
-        lowered = text.lower()
-        if any(hint in lowered for hint in _HEADER_HINTS):
-            text = _HEADER.sub(rf"\g<1>: {_MASK}", text)
+        text = _QUOTED_VALUE.sub(rf"\g<1>\g<2>\g<1>\g<3>\g<4>{_MASK}\g<4>", text)
+        text = _YAML_VALUE.sub(_yaml_mask, text)
     return text
 
 

@@ -12,6 +12,10 @@ out the turns that are something else:
 * a turn with no text and no parsable call whose finish reason claims tool
   calls is a protocol anomaly (DESIGN.md section 7, case B09's empty
   variant): one repair turn, then ``failed/provider_protocol_invalid``;
+* so is a turn whose only calls had no name or no id (the adapters drop them
+  and record a ``malformed_tool_call`` anomaly, ``providers/classify.py``),
+  with or without text: the model meant to call a tool, so its text is not
+  an answer.  One repair turn per run covers both anomalies;
 * an empty answer (no text, no call) is never ``completed``, whatever the
   contract: one correction turn, then ``incomplete/empty_answer``.
 
@@ -41,6 +45,7 @@ __all__ = [
     "Repair",
     "claims_calls_it_did_not_send",
     "judge_non_answer",
+    "sent_only_malformed_calls",
 ]
 
 #: Correction stage name of the empty-answer check (counted like the pipeline's stages).
@@ -49,6 +54,8 @@ EMPTY_ANSWER_STAGE = "empty_answer"
 REPAIR_KIND = "repair"
 #: Anomaly code of a finish reason that claims calls while none was parsed (case B09).
 MISMATCH = "finish_reason_mismatch"
+#: Anomaly code of calls the adapter dropped for having no name or no id.
+MALFORMED_CALL = "malformed_tool_call"
 
 #: Final texts of reasons that say more than "not finished": the model declined.
 OWN_FINAL_TEXT = {
@@ -61,6 +68,11 @@ OWN_FINAL_TEXT = {
 _EMPTY_TOOL_TURN_TEXT = (
     "Your last reply ended with a tool-call finish reason, but it held no text and no "
     "tool call that could be parsed. Reply again: call a tool with a JSON object as "
+    "arguments, or answer in text."
+)
+_MALFORMED_CALL_TEXT = (
+    "Your last reply held a tool call with no tool name (or no call id), so it could not "
+    "be run. Reply again: call a tool by one of its names with a JSON object as "
     "arguments, or answer in text."
 )
 _EMPTY_ANSWER_TEXT = (
@@ -90,21 +102,33 @@ class Repair:
     text: str
 
 
+def _turn_anomalies(state: RunState, turn: Event, code: str) -> list[dict[str, Any]]:
+    """The ``detail`` of every ``provider_anomaly`` ``code`` recorded with ``turn``."""
+    index = turn.payload.get("turn")
+    return [
+        e.payload.get("detail") or {}
+        for e in state.events
+        if e.type is EventType.PROVIDER_ANOMALY
+        and e.sequence > turn.sequence
+        and e.payload.get("turn") == index
+        and e.payload.get("code") == code
+    ]
+
+
 def claims_calls_it_did_not_send(state: RunState, turn: Event) -> bool:
     """The turn's finish reason says tool calls, and no call was parsed."""
     if turn.payload.get("call_ids"):
         return False
     if turn.payload.get("stop_reason") == StopReason.TOOL_CALLS.value:
         return True
-    index = turn.payload.get("turn")
-    return any(
-        e.type is EventType.PROVIDER_ANOMALY
-        and e.sequence > turn.sequence
-        and e.payload.get("turn") == index
-        and e.payload.get("code") == MISMATCH
-        and (e.payload.get("detail") or {}).get("parsed_tool_calls") == 0
-        for e in state.events
-    )
+    return any(d.get("parsed_tool_calls") == 0 for d in _turn_anomalies(state, turn, MISMATCH))
+
+
+def sent_only_malformed_calls(state: RunState, turn: Event) -> bool:
+    """The turn's calls were all dropped for having no name or no id (none is left)."""
+    if turn.payload.get("call_ids"):
+        return False
+    return bool(_turn_anomalies(state, turn, MALFORMED_CALL))
 
 
 def _done(state: RunState, kind: str, key: str, value: str) -> int:
@@ -115,6 +139,19 @@ def _done(state: RunState, kind: str, key: str, value: str) -> int:
         and e.payload.get("kind") == kind
         and e.payload.get(key) == value
     )
+
+
+def _repair_once(state: RunState, turn: Event, anomaly: str, text: str) -> GiveUp | Repair:
+    """One protocol repair turn per run (either anomaly), then ``provider_protocol_invalid``."""
+    if _done(state, REPAIR_KIND, "anomaly", "empty_tool_turn") + _done(
+        state, REPAIR_KIND, "anomaly", MALFORMED_CALL
+    ):
+        return GiveUp(
+            TerminalState.FAILED,
+            ReasonCode.PROVIDER_PROTOCOL_INVALID,
+            FailureCode.PROVIDER_PROTOCOL_INVALID,
+        )
+    return Repair({"kind": REPAIR_KIND, "anomaly": anomaly, "turn": turn.payload.get("turn")}, text)
 
 
 def judge_non_answer(
@@ -133,19 +170,12 @@ def judge_non_answer(
         return GiveUp(TerminalState.INCOMPLETE, ReasonCode.REFUSED)
     if stop == StopReason.CONTENT_FILTER.value:
         return GiveUp(TerminalState.INCOMPLETE, ReasonCode.CONTENT_FILTERED)
+    if sent_only_malformed_calls(state, turn):
+        return _repair_once(state, turn, MALFORMED_CALL, _MALFORMED_CALL_TEXT)
     if str(turn.payload.get("text", "")).strip():
         return None
     if claims_calls_it_did_not_send(state, turn):
-        if _done(state, REPAIR_KIND, "anomaly", "empty_tool_turn") >= 1:
-            return GiveUp(
-                TerminalState.FAILED,
-                ReasonCode.PROVIDER_PROTOCOL_INVALID,
-                FailureCode.PROVIDER_PROTOCOL_INVALID,
-            )
-        return Repair(
-            {"kind": REPAIR_KIND, "anomaly": "empty_tool_turn", "turn": turn.payload.get("turn")},
-            _EMPTY_TOOL_TURN_TEXT,
-        )
+        return _repair_once(state, turn, "empty_tool_turn", _EMPTY_TOOL_TURN_TEXT)
     if pending_steering > 0:
         return None  # the pipeline's first stage continues with the steering
     if _done(state, "correction", "stage", EMPTY_ANSWER_STAGE) >= 1:

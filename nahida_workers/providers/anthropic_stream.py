@@ -41,7 +41,12 @@ from collections.abc import Callable
 from typing import Any
 
 from nahida_workers.core.messages import ProviderTurn, StopReason, ToolCall, Usage
-from nahida_workers.providers.classify import build_turn, malformed_event, tool_call_from_raw
+from nahida_workers.providers.classify import (
+    build_turn,
+    malformed_event,
+    tool_call_from_raw,
+    wire_string,
+)
 from nahida_workers.providers.early_calls import ToolCallSink, emit_parsed
 from nahida_workers.providers.http_errors import error_from_payload
 from nahida_workers.providers.sse import SSEEvent
@@ -76,8 +81,8 @@ class _Block:
     def __init__(self, kind: str, block: dict[str, Any]) -> None:
         self.kind = kind
         self.raw = block  # the block's start, as sent (kept for a paused turn)
-        self.block_id = str(block.get("id") or "")
-        self.name = str(block.get("name") or "")
+        self.block_id = wire_string(block.get("id"))  # not a string: no id (a malformed call)
+        self.name = wire_string(block.get("name"))
         initial = block.get("input")
         self.initial_input = initial if isinstance(initial, dict) else None
         self.parts: list[str] = []

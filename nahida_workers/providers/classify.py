@@ -6,6 +6,14 @@ Pure (no I/O).  The rules:
   is not JSON, or JSON that is not an object, gives a :class:`ToolCall` with
   ``arguments_error`` and ``raw_arguments`` set and ``arguments == {}`` -- the
   runtime answers it with a tool error the model can correct; never raised.
+* A call with no name (empty, all whitespace, or not a string on the wire)
+  or no id is not a parsable call (issue 10 item 3): it cannot run, and an
+  error result would answer nothing the model can name.  It is dropped and an
+  ``Anomaly("malformed_tool_call", {"dropped": n, "calls": [...]})`` is
+  attached; a turn left with no call is then judged like any turn without
+  one (``core/non_answers.py``: one repair turn, then
+  ``failed/provider_protocol_invalid``).  A call to a tool the job does not
+  offer *is* a call: the runtime answers it with an error the model can fix.
 * Classification (case B09): ``stop_reason`` is ``TOOL_CALLS`` iff tool calls
   were parsed; otherwise ``REFUSAL`` when the model sent refusal content
   (OpenAI ``refusal``), else the API's reason, normalised.  When the API's reason
@@ -25,9 +33,24 @@ from typing import Any
 
 from nahida_workers.core.events import FailureCode
 from nahida_workers.core.messages import Anomaly, ProviderTurn, StopReason, ToolCall, Usage
+from nahida_workers.core.non_answers import MALFORMED_CALL
 from nahida_workers.errors import ProviderProtocolError
 
-__all__ = ["build_turn", "malformed_event", "tool_call_from_raw"]
+__all__ = ["build_turn", "call_defect", "malformed_event", "tool_call_from_raw", "wire_string"]
+
+
+def wire_string(value: Any) -> str:
+    """A wire field that must be a string (a call's id or name): itself, else ``""``."""
+    return value if isinstance(value, str) else ""
+
+
+def call_defect(call: ToolCall) -> str | None:
+    """Why ``call`` is not a parsable call at all (rules above), or None when it is."""
+    if not call.name.strip():
+        return "no tool name"
+    if not call.call_id:
+        return "no call id"
+    return None
 
 
 def tool_call_from_raw(call_id: str, name: str, raw: str) -> ToolCall:
@@ -97,8 +120,9 @@ def build_turn(
         ProviderProtocolError: truncated stream with tool calls in progress
             (retryable, ``provider_protocol_invalid``).
     """
-    tool_calls = tuple(calls)
-    anomalies = _truncation_anomalies(api, tool_calls, terminal=terminal)
+    received = tuple(calls)
+    anomalies = _truncation_anomalies(api, received, terminal=terminal)
+    tool_calls = _drop_malformed(received, anomalies)
     refused = refusal if refusal and refusal.strip() else None
     stop = _stop_reason(tool_calls, refused, raw_stop, stop_map, terminal=terminal)
     if raw_stop is not None and bool(tool_calls) != (raw_stop in tool_stops):
@@ -121,6 +145,21 @@ def build_turn(
         if stop is StopReason.PAUSE_TURN
         else (),
     )
+
+
+def _drop_malformed(
+    received: tuple[ToolCall, ...], anomalies: list[Anomaly]
+) -> tuple[ToolCall, ...]:
+    """The parsable calls; one anomaly appended for those with no name or no id (ids bounded)."""
+    dropped = [
+        {"call_id": c.call_id[:100], "name": c.name[:100], "problem": problem}
+        for c in received
+        if (problem := call_defect(c)) is not None
+    ]
+    if dropped:
+        detail = {"dropped": len(dropped), "calls": dropped[:16]}
+        anomalies.append(Anomaly(code=MALFORMED_CALL, detail=detail))
+    return tuple(c for c in received if call_defect(c) is None)
 
 
 def _truncation_anomalies(

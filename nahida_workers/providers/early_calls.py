@@ -7,8 +7,9 @@ tool is read-only and concurrency-safe.  The provider side is an
 holds the two pieces every adapter shares:
 
 * :func:`emit_parsed` -- the one gate: only a call whose arguments parsed into
-  a JSON object is reported (a call with ``arguments_error`` never runs, so it
-  is never pre-started);
+  a JSON object, with a name and an id, is reported (a call with
+  ``arguments_error`` never runs and a nameless one is dropped from the turn,
+  so neither is ever pre-started);
 * :class:`DedupSink` -- one per ``complete()`` call, in front of the caller's
   callback: a retried attempt that reports the very same call again (same id,
   name and arguments) is suppressed; a call that differs in anything is
@@ -22,6 +23,7 @@ import json
 from collections.abc import Callable
 
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.providers.classify import call_defect
 
 __all__ = ["DedupSink", "ToolCallSink", "emit_parsed"]
 
@@ -32,9 +34,10 @@ ToolCallSink = Callable[[ToolCall], None]
 def emit_parsed(sink: ToolCallSink, call: ToolCall) -> None:
     """Report ``call`` to ``sink`` iff its arguments parsed into a JSON object.
 
-    Exceptions raised by ``sink`` propagate unchanged.
+    A call with no name or no id (:func:`~nahida_workers.providers.classify.call_defect`)
+    is never reported either.  Exceptions raised by ``sink`` propagate unchanged.
     """
-    if call.arguments_error is None:
+    if call.arguments_error is None and call_defect(call) is None:
         sink(call)
 
 

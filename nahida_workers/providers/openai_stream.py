@@ -257,7 +257,9 @@ class OpenAIStreamParser:
         elif call_id is not None and not held.call_id:
             held.call_id = call_id
         self._current = index
-        function = fragment.get("function") or {}
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            function = {}  # a call with no function object has no name: dropped (classify.py)
         name = function.get("name")
         if isinstance(name, str) and name and name != held.name:
             # Servers that repeat the whole name on every fragment are ignored

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nahida_workers.errors import ConfigError, UserError
 from nahida_workers.runtime.spec import JobSpec, load_job
 from nahida_workers.schedules.model import Overlap, ScheduleDef, parse_duration
+from nahida_workers.schedules.timing import shortest_period
 from nahida_workers.settings import Settings
 
 __all__ = ["ScheduleEntry", "build_definition", "load_schedules_file", "resolve_repos"]
@@ -112,7 +113,7 @@ def build_definition(
             "fires are recorded missed"
         )
     try:
-        return ScheduleDef(
+        definition = ScheduleDef(
             name=name,
             job=spec.model_dump(mode="json"),
             job_path=job_path,
@@ -131,6 +132,25 @@ def build_definition(
         raise ConfigError(f"schedule {name}: {where}: {message}") from None
     except ValueError as exc:  # a duration or an unknown overlap policy
         raise ConfigError(f"schedule {name}: {exc}") from None
+    _check_jitter(definition)
+    return definition
+
+
+def _check_jitter(definition: ScheduleDef) -> None:
+    """Refuse a jitter not shorter than the schedule's shortest period.
+
+    Such a jitter delays a fire past the next fire time, so fires queue up
+    behind each other (and overlap policies see fires that are not yet due).
+
+    Raises:
+        ConfigError: ``jitter_s`` >= the shortest gap between two fires.
+    """
+    period_s = shortest_period(definition).total_seconds()
+    if definition.jitter_s >= period_s:
+        raise ConfigError(
+            f"schedule {definition.name}: the jitter ({definition.jitter_s:g}s) must be "
+            f"shorter than the schedule's period ({period_s:g}s)"
+        )
 
 
 class ScheduleEntry(BaseModel):

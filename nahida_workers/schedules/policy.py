@@ -49,6 +49,8 @@ MAX_FIRES_PER_TICK = 100
 #: Missed fires (beyond the catch-up window) listed one row each, newest kept.
 MISSED_ROWS_MAX = 100
 
+_MS = timedelta(milliseconds=1)
+
 
 def fire_batch_id(schedule_id: str, fire_time: datetime) -> str:
     """The fire's batch id: 32 hex of sha256(schedule id, fire time) -- same on every beat."""
@@ -225,8 +227,17 @@ def plan_trigger(
     """A manual fire at ``now`` (``nahida schedule trigger``), under the overlap policy.
 
     Allowed while paused (as Temporal's trigger is); the cursor does not move.
+
+    Manual fires never take a scheduled fire time: a fire row, its batch id
+    and its session keys are keyed by (schedule id, fire time), so a trigger
+    landing on the very millisecond of a scheduled fire would decide that
+    fire time for the schedule and the scheduled fire would never run or be
+    recorded.  Such a trigger takes the next millisecond instead (scheduled
+    fire times are at least a second apart, so that one is always free).
     """
     now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # ids carry milliseconds
+    while fire_times(schedule.definition, now - _MS, now, limit=1):
+        now += _MS
     running = _Running(active, buffered)
     running.release_buffer()
     outcome, detail = running.decide(schedule, now)

@@ -46,7 +46,7 @@ from nahida_workers.runtime.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import JobSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule
 from nahida_workers.schedules.policy import Plan, plan_tick, plan_trigger, session_key
-from nahida_workers.schedules.store import ScheduleStore
+from nahida_workers.schedules.store import REMOVED_ERROR, ScheduleStore
 from nahida_workers.schedules.timing import iso
 
 if TYPE_CHECKING:
@@ -301,15 +301,28 @@ class Scheduler:
         stale = self.store.stale_dispatching(older_than=now - timedelta(seconds=REDRIVE_AFTER_S))
         for fire in stale:
             schedule = self.store.get_by_id(fire.schedule_id)
-            if schedule is None:
-                continue
             if not self.store.claim_redrive(
                 fire.schedule_id, fire.fire_time, seen=fire.updated_at, at=now
             ):
                 continue  # another ticker took it
             current = self.store.get_fire(fire.schedule_id, fire.fire_time)
-            if current is not None:
+            if current is None:
+                continue
+            if schedule is None or schedule.removed_at is not None:
+                self._fail_removed(schedule, current, report)
+            else:
                 self._dispatch(schedule, current, report)
+
+    def _fail_removed(
+        self, schedule: Schedule | None, fire: FireRecord, report: TickReport
+    ) -> None:
+        """A removed schedule's stale fire is recorded failed, never dispatched."""
+        name = schedule.name if schedule is not None else fire.schedule_id
+        if self.store.fail(
+            fire.schedule_id, fire.fire_time, error=REMOVED_ERROR, at=self.clock.now()
+        ):
+            self.on_outcome(name, FireOutcome.FAILED)
+            report.failed.append(fire)
 
 
 def build_scheduler(fleet: Fleet) -> Scheduler:

@@ -35,7 +35,7 @@ from nahida_workers.schedules.model import (
     ScheduleDef,
 )
 from nahida_workers.schedules.policy import Plan
-from nahida_workers.schedules.store import Change, apply_plan_rows
+from nahida_workers.schedules.store import Change, apply_plan_rows, removed_fire_changes
 
 __all__ = ["SqlScheduleStore"]
 
@@ -243,7 +243,33 @@ class SqlScheduleStore:
                 .where(t.schedules.c.schedule_id == row.schedule_id)
                 .values(removed_at=_u(at), version=t.schedules.c.version + 1, updated_at=_u(at))
             )
+            self._fail_buffered(conn, row.schedule_id, at)
             return self._by_id(conn, row.schedule_id)
+
+    def _fail_buffered(self, conn: Connection, schedule_id: str, at: datetime) -> None:
+        """A removed schedule's buffered fires become failed (see :meth:`remove`)."""
+        fires = t.schedule_fires
+        buffered = conn.execute(
+            select(fires).where(
+                fires.c.schedule_id == schedule_id,
+                fires.c.outcome == FireOutcome.BUFFERED.value,
+            )
+        ).all()
+        for fire in map(_fire, buffered):
+            changes = removed_fire_changes(fire, at)
+            conn.execute(
+                update(fires)
+                .where(
+                    fires.c.schedule_id == schedule_id,
+                    fires.c.fire_time == _u(fire.fire_time),
+                    fires.c.outcome == FireOutcome.BUFFERED.value,
+                )
+                .values(
+                    outcome=changes["outcome"].value,
+                    detail_json=changes["detail"],
+                    updated_at=_u(at),
+                )
+            )
 
     def commit_plan(
         self, schedule_id: str, *, version: int, plan: Plan, at: datetime, by: str

@@ -22,7 +22,14 @@ from nahida_workers.errors import NotFoundError, UserError
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule, ScheduleDef
 from nahida_workers.schedules.policy import Plan
 
-__all__ = ["Change", "MemoryScheduleStore", "ScheduleStore", "apply_plan_rows"]
+__all__ = [
+    "REMOVED_ERROR",
+    "Change",
+    "MemoryScheduleStore",
+    "ScheduleStore",
+    "apply_plan_rows",
+    "removed_fire_changes",
+]
 
 
 class Change(StrEnum):
@@ -76,7 +83,13 @@ class ScheduleStore(Protocol):
         ...
 
     def remove(self, name: str, *, at: datetime) -> Schedule:
-        """Mark the schedule removed (its fires stay in the ledger; the name is free again)."""
+        """Mark the schedule removed (its fires stay in the ledger; the name is free again).
+
+        Its ``buffered`` fires, which no tick will release any more, become
+        ``failed`` with ``detail.error`` :data:`REMOVED_ERROR`, in the same
+        transaction.  ``dispatching`` ones may be mid-dispatch: a stale one is
+        failed the same way by the next re-drive instead of dispatched.
+        """
         ...
 
     def commit_plan(
@@ -131,6 +144,19 @@ class ScheduleStore(Protocol):
     def stale_dispatching(self, *, older_than: datetime) -> list[FireRecord]:
         """``dispatching`` fires last touched before ``older_than`` (a crashed dispatch)."""
         ...
+
+
+#: ``detail.error`` of a fire failed because its schedule was removed before it ran.
+REMOVED_ERROR = "schedule removed before this fire was dispatched"
+
+
+def removed_fire_changes(fire: FireRecord, at: datetime) -> dict[str, Any]:
+    """The fields a pending fire of a removed schedule gets: ``failed``, and why."""
+    return {
+        "outcome": FireOutcome.FAILED,
+        "detail": {**fire.detail, "error": REMOVED_ERROR},
+        "updated_at": at,
+    }
 
 
 def apply_plan_rows(plan: Plan, schedule_id: str, *, at: datetime, by: str) -> list[FireRecord]:
@@ -249,6 +275,9 @@ class MemoryScheduleStore:
         """See :meth:`ScheduleStore.remove`."""
         with self._lock:
             current = self._need(name)
+            for key, fire in list(self._fires.items()):
+                if fire.schedule_id == current.schedule_id and fire.outcome is FireOutcome.BUFFERED:
+                    self._fires[key] = fire.model_copy(update=removed_fire_changes(fire, at))
             return self._save(current, removed_at=at, version=current.version + 1, updated_at=at)
 
     def commit_plan(

@@ -1,14 +1,22 @@
 """When a schedule fires: pure functions of the definition and instants (sans-IO).
 
 Cron expressions are matched by croniter against wall-clock time in the
-schedule's time zone (zoneinfo), with two rules for DST days:
+schedule's time zone (zoneinfo).  DST days follow Vixie cron / cronie, which
+sort jobs into *wildcard* jobs (minute or hour field starting with ``*``:
+``*/15 * * * *``, ``0 * * * *``, ``* 2 * * *``) and *fixed-time* jobs (every
+other expression, ranges and lists included: ``30 2 * * *``, ``0 1-3 * * 0``):
 
-* a wall time that does not exist (spring forward: 02:30 in Europe/Berlin on
-  the last Sunday of March) fires once, at the first instant after the gap
-  (03:00 local) -- croniter's own behaviour, as Vixie cron does it;
-* a wall time that occurs twice (fall back: 02:30 on the last Sunday of
-  October) fires once, at its first occurrence.  croniter yields both; the
-  second is dropped here, so a nightly job never runs twice in one night.
+* fall back (02:00-03:00 Europe/Berlin happens twice on the last Sunday of
+  October): a wildcard job fires at every matching instant, in both passes
+  (``*/15 * * * *`` fires eight times between 02:00 CEST and 02:45 CET, every
+  15 minutes in UTC); a fixed-time job fires once, at the first pass (02:30
+  CEST), so a nightly job never runs twice in one night;
+* spring forward (02:00-03:00 does not exist on the last Sunday of March): a
+  fixed-time job whose wall time falls in the gap fires once, at the first
+  instant after it (``30 2 * * *`` at 03:00 CEST) -- croniter's own
+  behaviour, as cronie runs skipped fixed-time jobs right after the jump; a
+  wildcard job's nonexistent wall times are skipped (``*/15 2 * * *`` does not
+  fire that day), so wildcard jobs fire only at real matching instants.
 
 Intervals (``every``) are absolute: fires at whole multiples of the interval
 since the Unix epoch (UTC), so every beat and every restart agrees on them
@@ -35,9 +43,14 @@ __all__ = [
     "jitter_offset",
     "next_fire",
     "previous_fire",
+    "shortest_period",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Where :func:`shortest_period` samples a cron expression (a leap year follows).
+_SAMPLE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+_SAMPLE_FIRES = 512
+_SAMPLE_SPAN = timedelta(days=800)
 
 
 def iso(instant: datetime) -> str:
@@ -59,15 +72,31 @@ def _second_occurrence(local: datetime, zone: ZoneInfo) -> bool:
     return first.utcoffset() != local.utcoffset()
 
 
+def _is_wildcard(expression: str) -> bool:
+    """As cronie's ``MIN_STAR|HR_STAR``: the minute or the hour field starts with ``*``."""
+    minute, hour = expression.split(" ")[:2]
+    return minute.startswith("*") or hour.startswith("*")
+
+
+def _keep(expression: str, wildcard: bool, local: datetime, zone: ZoneInfo) -> bool:
+    """Whether a wall time croniter yields is a fire under the DST rules above."""
+    if not wildcard:
+        return not _second_occurrence(local, zone)
+    # croniter moves a nonexistent wall time to the end of the gap; such a
+    # stand-in no longer matches the expression and is dropped for wildcard jobs
+    return bool(croniter.match(expression, local.replace(tzinfo=None)))
+
+
 def _cron_iter(definition: ScheduleDef, start: datetime, *, forward: bool) -> Iterator[datetime]:
     assert definition.cron is not None
-    zone = ZoneInfo(definition.timezone)
-    it = croniter(definition.cron, start.astimezone(zone))
+    expression, zone = definition.cron, ZoneInfo(definition.timezone)
+    wildcard = _is_wildcard(expression)
+    it = croniter(expression, start.astimezone(zone))
     step = it.get_next if forward else it.get_prev
     last: datetime | None = None
     while True:
         local = step(datetime)
-        if _second_occurrence(local, zone):
+        if not _keep(expression, wildcard, local, zone):
             continue
         instant = local.astimezone(UTC)
         if instant == last:  # two wall times folded into one instant by a gap
@@ -131,6 +160,29 @@ def fire_times(
         found.append(instant)
         k += 1
     return found
+
+
+def shortest_period(definition: ScheduleDef) -> timedelta:
+    """The shortest gap between two consecutive fires: the interval, or cron's nominal one.
+
+    A cron expression is sampled in UTC (no DST) from 2000-01-01 for at most
+    512 fires or 800 days, whichever ends first: ``*/15 * * * *`` -> 15 min,
+    ``0 3 * * 1-5`` -> 1 day, ``0 0 1 1 *`` -> 365 days.
+    """
+    if definition.cron is None:
+        return timedelta(milliseconds=_every_ms(definition))
+    it = croniter(definition.cron, _SAMPLE_FROM)
+    previous: datetime = it.get_next(datetime)
+    shortest: timedelta | None = None
+    for _ in range(_SAMPLE_FIRES):
+        current: datetime = it.get_next(datetime)
+        gap = current - previous
+        shortest = gap if shortest is None else min(shortest, gap)
+        if current - _SAMPLE_FROM > _SAMPLE_SPAN:
+            break
+        previous = current
+    assert shortest is not None
+    return shortest
 
 
 def jitter_offset(schedule_id: str, fire_time: datetime, jitter_s: float) -> timedelta:

@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger.sql import SqlLedger
-from tests.contract.ledger_world import make_world
+from tests.contract.ledger_world import at, make_world, outbox
 
 VALUES: list[Any] = [
     {"text": "ok", "n": 1, "f": 0.1, "big": 2**70, "neg": -(2**63), "none": None, "t": True},
@@ -77,3 +77,23 @@ def test_a_connection_the_server_dropped_is_an_outage_then_leaves_the_pool(
     else:
         raise AssertionError("the ledger never recovered from dropped connections")
     assert outage >= 1
+
+
+def test_the_outbox_mark_commits_without_waiting_for_the_wal_flush_and_only_itself(
+    postgres_ledger: SqlLedger,
+) -> None:
+    """Issue 15: the mark is the one commit a server crash may lose (the outbox is
+    at-least-once), so it skips the flush; the setting must not leak to the
+    pooled connection's next statement, which must stay durable."""
+    from nahida_workers.ledger.sql_records import _MARK_PUBLISHED_PG
+
+    w = make_world(postgres_ledger)
+    with postgres_ledger.transaction() as tx:
+        postgres_ledger.add_outbox(tx, outbox("ob-1", w.session_id, created=at(1)))
+    rows = postgres_ledger.raw(_MARK_PUBLISHED_PG, b_outbox_id="ob-1", b_at=at(2))
+    assert [tuple(r) for r in rows] == [("ob-1", "off")]
+    assert postgres_ledger.pending_outbox() == []
+    postgres_ledger.engine.dispose()  # a single pooled connection: the one the mark used
+    postgres_ledger.mark_published("ob-1", at=at(3))
+    with pg_raw.autocommit(postgres_ledger.engine) as run:
+        assert run("SHOW synchronous_commit", {}) == [("on",)]

@@ -21,7 +21,12 @@ from nahida_workers.ledger.sql import make_engine
 from nahida_workers.schedules.model import FireOutcome, Overlap, ScheduleDef
 from nahida_workers.schedules.policy import Plan, plan_tick, plan_trigger
 from nahida_workers.schedules.sql import SqlScheduleStore
-from nahida_workers.schedules.store import Change, MemoryScheduleStore, ScheduleStore
+from nahida_workers.schedules.store import (
+    REMOVED_ERROR,
+    Change,
+    MemoryScheduleStore,
+    ScheduleStore,
+)
 from tests.conftest import truncate
 
 T0 = datetime(2026, 3, 29, 0, 59, 0, 250000, tzinfo=UTC)
@@ -223,6 +228,26 @@ def test_removed_schedules_take_no_decision(store: ScheduleStore) -> None:
     plan = plan_tick(schedule, now=at(11))
     assert store.commit_plan("s", version=1, plan=plan, at=at(11), by="a") is None
     assert store.fires("s") == []
+
+
+def test_remove_fails_the_buffered_fires_and_leaves_the_others(store: ScheduleStore) -> None:
+    schedule, _ = store.put(definition(overlap=Overlap.BUFFER_ONE), schedule_id="s", at=T0)
+    first = plan_tick(schedule, now=at(11))
+    store.commit_plan("s", version=0, plan=first, at=at(11), by="a")
+    t10 = first.decisions[0].fire_time
+    current = store.get("nightly")
+    assert current is not None
+    second = plan_tick(current, now=at(21), active=[t10])
+    store.commit_plan("s", version=current.version, plan=second, at=at(21), by="a")
+    t20 = second.decisions[0].fire_time
+    store.remove("nightly", at=at(22))
+    buffered = store.get_fire("s", t20)
+    assert buffered is not None and buffered.outcome is FireOutcome.FAILED
+    assert buffered.detail["error"] == REMOVED_ERROR and "late_s" in buffered.detail
+    assert buffered.updated_at == at(22)
+    claimed = store.get_fire("s", t10)  # maybe mid-dispatch: left to the re-drive
+    assert claimed is not None and claimed.outcome is FireOutcome.DISPATCHING
+    assert [f.fire_time for f in store.open_fires("s")] == [t10]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

@@ -83,6 +83,8 @@ def test_schedule_commands_and_their_errors(tmp_path: Path) -> None:
         (["schedule", "add", "x", "--job", str(SURVEY), "--every", "5s",
           "--repo", str(tmp_path / "absent"), "--local"], "not a directory"),
         (["schedule", "show", "nope", "--local"], "no schedule nope"),
+        (["schedule", "add", "x", "--job", str(SURVEY), "--every", "5s", "--jitter", "5s",
+          "--repo", str(repo), "--local"], "must be shorter than the schedule's period (5s)"),
     ]:  # fmt: skip
         failed = nahida(tmp_path, *args)
         assert failed.returncode == 2, (args, failed.stdout, failed.stderr)

@@ -32,6 +32,28 @@ DB_URL = f"postgresql+psycopg://postgres:{PASSWORD}@127.0.0.1:5432/nahida"
         ("> authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
         ("AUTHORIZATION: token tok987654321", "tok987654321"),
         ("api-key: azureKey0987654", "azureKey0987654"),
+        # lower-case env and shell lines (an .env file, `set`, `export -p`)
+        ("openai_api_key=plainValue123", "plainValue123"),
+        ("x\nexport aws_secret_access_key=wJalrXUtnFEMI/K7MDENG\n", "wJalrXUtnFEMI/K7MDENG"),
+        ("    export github_token=ghtok12345", "ghtok12345"),
+        ("declare -x db_password=hunter2hunter2", "hunter2hunter2"),
+        ("Db-Password=mixedCase99", "mixedCase99"),
+        # JSON, Python reprs and YAML values under a secret name
+        ('{"api_key": "abc123", "n": 1}', "abc123"),
+        ('{"password":"p@ss:w/rd"}', "p@ss:w/rd"),
+        ('"token": "t0k3n-value"', "t0k3n-value"),
+        ('{"client_secret": "cs-9a8b7c"}', "cs-9a8b7c"),
+        ('{"refresh_token": "esc\\"aped"}', 'esc\\"aped'),
+        ("{'password': 'reprPass1', 'user': 'bob'}", "reprPass1"),
+        ("api_key: abcd1234efgh", "abcd1234efgh"),
+        ("db:\n  password: 'quotedYamlPw'\n", "quotedYamlPw"),
+        ('  - client_secret: "listItemSecret"', "listItemSecret"),
+        ("secret_key: 0123456789abcdef  # prod", "0123456789abcdef"),
+        # URLs with credentials, bearer tokens in any case
+        ("postgresql://user:pass1234@db.internal:5432/app", "pass1234"),
+        ("amqp://guest:p@ss@broker/", "p@ss"),
+        ("BEARER abcdef1234", "abcdef1234"),
+        ("auth: bEaReR abcdef1234", "abcdef1234"),
     ],
 )
 def test_redaction_masks_every_common_credential_shape(text: str, hidden: str) -> None:
@@ -41,10 +63,29 @@ def test_redaction_masks_every_common_credential_shape(text: str, hidden: str) -
 
 @pytest.mark.parametrize(
     "text",
-    ["risk-assessment-team", "def f(api_key=None):", "basic functionality", "token validation"],
-)
+    [
+        "risk-assessment-team", "def f(api_key=None):", "basic functionality", "token validation",
+        "the token is passed in a header; rotate the password: monthly",
+        "Note: the api key is read at start",
+        "def connect(password=None, token=None):",
+        "client = Client(\n    api_key=api_key,\n    token=token,\n)",
+        "token: str", "    api_key: Optional[str] = None", "password: SecretStr",
+        "    password: str = Field(min_length=8)",
+        '{"max_tokens": 4096, "token": null, "api_key": ""}', "max_tokens: 4096000000",
+        '"token_count": "12345678"', "cache_key: abcdefgh12345", "sort_key=created_at_2024",
+        "PWD=/home/user", "monkey=banana",
+        "ssh://git@github.com/o/r.git", "http://localhost:8080/v1@latest",
+    ],
+)  # fmt: skip
 def test_redaction_leaves_ordinary_text_alone(text: str) -> None:
     assert redact(text) == text
+
+
+def test_names_values_and_quotes_are_kept() -> None:
+    assert redact('{"api_key": "abc123"}') == '{"api_key": "[REDACTED]"}'
+    assert redact("db:\n  password: 'pw'\n") == "db:\n  password: '[REDACTED]'\n"
+    assert redact("export aws_secret_access_key=x1") == "export aws_secret_access_key=[REDACTED]"
+    assert redact("pg://u:p@h/d") == "pg://u:[REDACTED]@h/d"
 
 
 def test_held_values_are_masked_whatever_their_shape() -> None:
@@ -104,7 +145,10 @@ def _redact_everything(text: str) -> str:
     text = ws._KEY_SHAPES.sub(ws._MASK, text)
     text = ws._URL_PASSWORD.sub(rf"\g<1>{ws._MASK}\g<2>", text)
     text = ws._ENV_ASSIGNMENT.sub(rf"\g<1>={ws._MASK}", text)
-    return ws._HEADER.sub(rf"\g<1>: {ws._MASK}", text)
+    text = ws._HEADER.sub(rf"\g<1>: {ws._MASK}", text)
+    text = ws._ENV_LINE.sub(rf"\g<1>={ws._MASK}", text)
+    text = ws._QUOTED_VALUE.sub(rf"\g<1>\g<2>\g<1>\g<3>\g<4>{ws._MASK}\g<4>", text)
+    return ws._YAML_VALUE.sub(ws._yaml_mask, text)
 
 
 _PIECES = [
@@ -114,6 +158,10 @@ _PIECES = [
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----",
     "abcdefghijklmnopqrstuvwxyz0123456789", "ABCDEFGHIJKLMNOP",
     " ", "\n", "_", "-", ":", "é", "ok",
+    "BEARER ", "bEaReR ", "openai_api_key", "export ", "aws_secret_access_key", "Token",
+    "password", "client_secret", '"', "'", '"api_key"', "'password'", ": ", ":\t", "  - ",
+    "12345678", "# c", "\\", "{", "[", "max_tokens", "KEY", "Secret",
+    "pa\u017f\u017fword", "\u212aey",  # a long s and the Kelvin sign fold to s and k
 ]  # fmt: skip
 
 

@@ -473,10 +473,13 @@ def test_interleaved_call_without_arguments_yet_is_held_until_it_is_complete() -
 
 def test_calls_without_ids_report_the_ids_the_turn_ends_with() -> None:
     # No completion id and no call ids: the derived id is made once and kept.
+    # (The calls are named: a call with no name is not a call at all.)
     log = Log()
     parser = OpenAIStreamParser(on_tool_call=log)
     for n in range(2):
-        parser.feed_chunk({"choices": [{"index": 0, "delta": frag(n, "{}")}]})
+        delta = frag(n, "{}")
+        delta["tool_calls"][0]["function"]["name"] = "Read"
+        parser.feed_chunk({"choices": [{"index": 0, "delta": delta}]})
     assert len(log.calls) == 1
     parser.feed(SSEEvent("message", "[DONE]"))
     assert log.calls == list(parser.finish().tool_calls)

@@ -41,17 +41,19 @@ def _build(tmp_path: Path, **fields: object):  # type: ignore[no-untyped-def]
 
 
 def test_a_definition_snapshots_the_job_and_resolves_paths(tmp_path: Path) -> None:
-    d = _build(tmp_path, catchup_window="1h", jitter="30s", overlap="buffer_one")
+    d = _build(tmp_path, every="1m", catchup_window="1h", jitter="30s", overlap="buffer_one")
     assert d.job["name"] == "repo-survey" and d.job["provider"]["script"]["turns"]
     assert d.job_path == str(SURVEY.resolve())
     assert d.repos == (str(tmp_path.resolve()),)
     assert (d.every_s, d.catchup_window_s, d.jitter_s, d.overlap) == (
-        10,
+        60,
         3600,
         30,
         Overlap.BUFFER_ONE,
     )
-    assert _build(tmp_path, catchup_window="1h", jitter="30s", overlap="buffer_one") == d
+    assert (
+        _build(tmp_path, every="1m", catchup_window="1h", jitter="30s", overlap="buffer_one") == d
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,6 +71,10 @@ def test_a_definition_snapshots_the_job_and_resolves_paths(tmp_path: Path) -> No
         ({"catchup_window": "inf"}, "must be finite"),
         ({"every": "99999999999d"}, "less than or equal"),
         ({"jitter": "1e30"}, "less than or equal"),
+        ({"jitter": "10s"}, r"jitter \(10s\) must be shorter than the schedule's period \(10s\)"),
+        ({"jitter": "1m"}, r"period \(10s\)"),
+        ({"every": None, "cron": "*/15 * * * *", "jitter": "15m"}, r"period \(900s\)"),
+        ({"every": None, "cron": "0,1 3 * * *", "jitter": "90s"}, r"period \(60s\)"),
         ({"job": {"name": "x"}}, "invalid inline job"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Nope"]}}, "unknown tool"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Glob"]}}, "scripted provider needs"),
@@ -83,6 +89,12 @@ def test_bad_input_is_a_config_error_naming_it(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _build(tmp_path, **fields)
+
+
+def test_a_jitter_shorter_than_the_period_is_kept(tmp_path: Path) -> None:
+    assert _build(tmp_path, jitter="9.999s").jitter_s == 9.999
+    nightly = _build(tmp_path, every=None, cron="0 3 * * 1-5", jitter="23h")
+    assert nightly.jitter_s == 23 * 3600
 
 
 def test_missing_repositories_are_user_errors(tmp_path: Path) -> None:

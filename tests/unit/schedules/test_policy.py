@@ -169,6 +169,18 @@ def test_trigger_is_a_manual_fire_now_under_the_overlap_policy() -> None:
     assert skipped.decisions[0].outcome is FireOutcome.SKIPPED_OVERLAP
 
 
+def test_a_trigger_never_takes_a_scheduled_fire_time() -> None:
+    """A trigger at the very millisecond of a fire time is a fire of its own, 1 ms later."""
+    schedule = sched()  # every 10 s
+    plan = plan_trigger(schedule, now=at(10.0004))
+    (decision,) = plan.decisions
+    assert decision.kind is FireKind.MANUAL
+    assert decision.fire_time == at(10.001)
+    assert decision.batch_id != fire_batch_id(schedule.schedule_id, at(10))
+    assert plan_trigger(schedule, now=at(10.001)).decisions[0].fire_time == at(10.001)
+    assert plan_trigger(schedule, now=at(9.999)).decisions[0].fire_time == at(9.999)
+
+
 def test_keys_are_deterministic_and_distinct() -> None:
     assert fire_batch_id("a", at(10)) == fire_batch_id("a", at(10))
     assert fire_batch_id("a", at(10)) != fire_batch_id("a", at(20))

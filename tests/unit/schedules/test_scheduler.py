@@ -11,6 +11,7 @@ from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.schedules.model import FireKind, FireOutcome, Overlap
 from nahida_workers.schedules.policy import fire_batch_id, session_key
 from nahida_workers.schedules.scheduler import MAX_DISPATCH_ATTEMPTS, REDRIVE_AFTER_S
+from nahida_workers.schedules.store import REMOVED_ERROR
 from tests.unit.schedules.world import JOB, World
 
 
@@ -249,6 +250,53 @@ def test_a_fire_that_cannot_be_dispatched_ends_failed_after_bounded_attempts() -
     assert world.outcomes == [("s", FireOutcome.FAILED)]
 
 
+def test_a_removed_schedules_stuck_fire_is_recorded_failed_not_dispatched() -> None:
+    """A fire left `dispatching` (broker down), then its schedule removed: no re-drive."""
+    world = World()
+    world.add(every_s=3600)
+    world.queue.fail = True
+    world.move_to(3600.5)
+    world.scheduler().tick()
+    assert world.table() == [(3600, "dispatching")]
+    world.queue.fail = False
+    published = len(world.queue.published)
+    world.store.remove("s", at=world.clock.now())
+    world.clock.advance(REDRIVE_AFTER_S + 1)
+    report = world.scheduler().tick()
+    (fire,) = world.store.fires("id-s")  # removed: world.fires() looks up live names
+    assert fire.outcome is FireOutcome.FAILED
+    assert fire.detail["error"] == REMOVED_ERROR
+    assert len(world.queue.published) == published  # nothing more was sent
+    assert len(world.ledger.sessions()) == 1  # the one written before the broker failed
+    assert [f.fire_time for f in report.failed] == [world.at(3600)]
+    assert world.outcomes == [("s", FireOutcome.FAILED)]
+
+
+def test_a_removed_schedules_buffered_fire_is_recorded_failed_not_released() -> None:
+    world = World()
+    world.add(overlap=Overlap.BUFFER_ONE)
+    beat = world.scheduler()
+    world.move_to(10.5)
+    beat.tick()
+    world.move_to(20.5)
+    beat.tick()
+    assert world.table() == [(10, "dispatched"), (20, "buffered")]
+    world.store.remove("s", at=world.clock.now())
+    world.finish(fire_batch_id("id-s", world.at(10)))
+    world.move_to(21)
+    beat.tick()
+    world.clock.advance(REDRIVE_AFTER_S + 1)
+    beat.tick()
+    outcomes = sorted((f.fire_time, f.outcome) for f in world.store.fires("id-s"))
+    assert outcomes == [
+        (world.at(10), FireOutcome.DISPATCHED),
+        (world.at(20), FireOutcome.FAILED),
+    ]
+    assert world.store.get_fire("id-s", world.at(20)).detail["error"] == REMOVED_ERROR  # type: ignore[union-attr]
+    assert world.running_batches() == set()
+    assert len(world.ledger.batches()) == 1
+
+
 def test_a_job_that_no_longer_validates_fails_at_once() -> None:
     world = World()
     world.add()
@@ -317,6 +365,28 @@ def test_trigger_fires_now_and_a_removed_schedule_never_fires() -> None:
     world.move_to(3600.5)
     world.scheduler().tick()
     assert world.ledger.batches()[0].batch_id == fire.batch_id and len(world.ledger.batches()) == 1
+
+
+def test_a_trigger_at_a_scheduled_fire_time_leaves_the_scheduled_fire_to_the_tick() -> None:
+    """Trigger at t = 10.000 (a fire time of every 10 s), then tick: both fires run."""
+    world = World()
+    world.add(overlap=Overlap.ALLOW)
+    world.move_to(10)
+    manual = world.scheduler().trigger("s")
+    assert manual.kind is FireKind.MANUAL and manual.outcome is FireOutcome.DISPATCHED
+    world.move_to(10.5)
+    world.scheduler().tick()
+    scheduled = world.store.get_fire("id-s", world.at(10))
+    assert scheduled is not None and scheduled.kind is FireKind.SCHEDULED
+    assert scheduled.outcome is FireOutcome.DISPATCHED
+    assert {b.batch_id for b in world.ledger.batches()} == {manual.batch_id, scheduled.batch_id}
+    assert len(world.ledger.sessions()) == 4  # two repositories, two fires
+    # the other order: the tick decided t = 20 first, a trigger at 20.000 is still its own fire
+    world.move_to(20)
+    world.scheduler().tick()
+    again = world.scheduler().trigger("s")
+    assert again.kind is FireKind.MANUAL and again.fire_time == world.at(20.001)
+    assert len(world.ledger.batches()) == 4
 
 
 def test_the_batch_report_of_a_fire_names_its_schedule_and_fire_time() -> None:

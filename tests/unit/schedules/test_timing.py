@@ -1,9 +1,13 @@
 """Next-fire computation across DST changes and time zones (issue 14, pure).
 
-Cron fields match wall-clock time in the schedule's zone: a wall time that
-does not exist (spring forward) fires once at the end of the gap; a wall
-time that occurs twice (fall back) fires once, at its first occurrence.
-Intervals are absolute (multiples since the Unix epoch) and DST-blind.
+Cron fields match wall-clock time in the schedule's zone, with Vixie
+cron / cronie's DST rules: a fixed-time job (minute and hour fields not
+starting with ``*``) whose wall time does not exist (spring forward) fires
+once at the end of the gap, and one whose wall time occurs twice (fall back)
+fires once, at its first occurrence; a wildcard job (``*/15 * * * *``,
+``0 * * * *``) fires at every matching instant that exists: both passes of
+a repeated hour, none of a skipped one.  Intervals are absolute (multiples
+since the Unix epoch) and DST-blind.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from nahida_workers.schedules.timing import (
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
+SYDNEY = ZoneInfo("Australia/Sydney")
 
 
 def cron(expr: str, tz: str = "UTC") -> ScheduleDef:
@@ -87,11 +92,35 @@ def test_berlin_hourly_on_both_dst_days() -> None:
     assert len(spring) == 23  # a 23-hour day, no 02:00
     assert [f.hour for f in spring[:3]] == [0, 1, 3]
     autumn = day_fires(hourly, BERLIN, 2026, 10, 25)
-    assert len(autumn) == 24  # each wall time once; the repeated 02:00 fires at its first
-    assert [f.hour for f in autumn[:4]] == [0, 1, 2, 3]
-    assert autumn[2].astimezone(UTC) == utc(2026, 10, 25, 0, 0)
+    assert len(autumn) == 25  # a 25-hour day: wildcard hour, 02:00 fires in both passes
+    assert [f.hour for f in autumn[:5]] == [0, 1, 2, 2, 3]
+    assert [f.astimezone(UTC) for f in autumn[2:4]] == [utc(2026, 10, 25, 0), utc(2026, 10, 25, 1)]
     utcs = [f.astimezone(UTC) for f in spring + autumn]
     assert utcs == sorted(set(utcs)), "fire times strictly increase"
+    assert all((b - a) == timedelta(hours=1) for a, b in itertools.pairwise(utcs[23:]))
+
+
+def test_berlin_quarter_hours_fire_through_the_repeated_hour() -> None:
+    """`*/15 * * * *` on 2026-10-25: every 15 minutes in UTC, 02:00-02:45 twice."""
+    quarterly = cron("*/15 * * * *", "Europe/Berlin")
+    fires = [f.astimezone(UTC) for f in day_fires(quarterly, BERLIN, 2026, 10, 25)]
+    assert len(fires) == 25 * 4
+    assert all((b - a) == timedelta(minutes=15) for a, b in itertools.pairwise(fires))
+    assert utc(2026, 10, 25, 1, 0) in fires  # 02:00 CET, the second pass
+    assert next_fire(quarterly, utc(2026, 10, 25, 0, 45)) == utc(2026, 10, 25, 1, 0)
+    assert previous_fire(quarterly, utc(2026, 10, 25, 2, 0)) == utc(2026, 10, 25, 1, 45)
+
+
+def test_fixed_hour_jobs_stay_once_and_wildcard_minute_jobs_follow_cronie() -> None:
+    """cronie's split: a range/list hour is fixed, a `*` minute makes a wildcard job."""
+    sundays = cron("0 1-3 * * 0", "Europe/Berlin")
+    autumn = [f.astimezone(UTC) for f in day_fires(sundays, BERLIN, 2026, 10, 25)]
+    assert autumn == [utc(2026, 10, 24, 23), utc(2026, 10, 25, 0), utc(2026, 10, 25, 2)]
+    spring = [f.astimezone(UTC) for f in day_fires(sundays, BERLIN, 2026, 3, 29)]
+    assert spring == [utc(2026, 3, 29, 0), utc(2026, 3, 29, 1)]  # 02:00 -> 03:00, once
+    in_two = cron("*/15 2 * * *", "Europe/Berlin")
+    assert len(day_fires(in_two, BERLIN, 2026, 10, 25)) == 8  # both passes
+    assert day_fires(in_two, BERLIN, 2026, 3, 29) == []  # no 02:xx exists that day
 
 
 def test_berlin_quarter_hours_in_the_gap_collapse_to_one_fire() -> None:
@@ -109,11 +138,44 @@ def test_new_york_spring_forward_and_fall_back() -> None:
     nightly = cron("30 2 * * *", "America/New_York")
     # 2026-03-08: 02:00 EST -> 03:00 EDT
     assert day_fires(nightly, NEW_YORK, 2026, 3, 8) == [local(NEW_YORK, 2026, 3, 8, 3, 0)]
+    # 2026-11-01: 02:00 EDT -> 01:00 EST; 02:30 exists once (EST)
+    assert [f.astimezone(UTC) for f in day_fires(nightly, NEW_YORK, 2026, 11, 1)] == [
+        utc(2026, 11, 1, 7, 30)
+    ]
     early = cron("30 1 * * *", "America/New_York")
-    # 2026-11-01: 02:00 EDT -> 01:00 EST; 01:30 happens twice, fires once (EDT)
+    # 01:30 happens twice, fires once (EDT)
     fires = day_fires(early, NEW_YORK, 2026, 11, 1)
     assert [f.astimezone(UTC) for f in fires] == [utc(2026, 11, 1, 5, 30)]
     assert next_fire(early, utc(2026, 11, 1, 5, 30)) == utc(2026, 11, 2, 6, 30)
+
+
+def test_new_york_hourly_runs_both_passes_of_the_repeated_hour() -> None:
+    hourly = cron("0 * * * *", "America/New_York")
+    autumn = [f.astimezone(UTC) for f in day_fires(hourly, NEW_YORK, 2026, 11, 1)]
+    assert len(autumn) == 25
+    assert utc(2026, 11, 1, 6) in autumn  # 01:00 EST, the second 01:00
+    assert all((b - a) == timedelta(hours=1) for a, b in itertools.pairwise(autumn))
+    assert len(day_fires(hourly, NEW_YORK, 2026, 3, 8)) == 23
+
+
+# -- Australia/Sydney (southern hemisphere: DST ends in April, starts in October) -------
+
+
+def test_sydney_fixed_and_wildcard_jobs_on_both_dst_days() -> None:
+    """2026-04-05 03:00 AEDT -> 02:00 AEST (fall back); 2026-10-04 02:00 -> 03:00 (forward)."""
+    nightly = cron("30 2 * * *", "Australia/Sydney")
+    autumn = [f.astimezone(UTC) for f in day_fires(nightly, SYDNEY, 2026, 4, 5)]
+    assert autumn == [utc(2026, 4, 4, 15, 30)]  # 02:30 AEDT, the first pass only
+    spring = day_fires(nightly, SYDNEY, 2026, 10, 4)
+    assert spring == [local(SYDNEY, 2026, 10, 4, 3, 0)]  # right after the gap
+    assert spring[0].astimezone(UTC) == utc(2026, 10, 3, 16, 0)
+    quarterly = cron("*/15 * * * *", "Australia/Sydney")
+    long_day = [f.astimezone(UTC) for f in day_fires(quarterly, SYDNEY, 2026, 4, 5)]
+    assert len(long_day) == 25 * 4
+    assert all((b - a) == timedelta(minutes=15) for a, b in itertools.pairwise(long_day))
+    short_day = [f.astimezone(UTC) for f in day_fires(quarterly, SYDNEY, 2026, 10, 4)]
+    assert len(short_day) == 23 * 4
+    assert short_day == sorted(set(short_day))
 
 
 @pytest.mark.parametrize(
@@ -141,8 +203,19 @@ def test_previous_fire_mirrors_next_fire_across_dst() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2028, 1, 1)),
-    st.sampled_from(["30 2 * * *", "0 * * * *", "*/15 * * * *", "0 1-3 * * 0", "45 23 28-31 * *"]),
-    st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"]),
+    st.sampled_from(
+        [
+            "30 2 * * *",
+            "0 * * * *",
+            "*/15 * * * *",
+            "0 1-3 * * 0",
+            "45 23 28-31 * *",
+            "*/20 2 * * *",
+        ]
+    ),
+    st.sampled_from(
+        ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Australia/Sydney", "UTC"]
+    ),
 )
 def test_next_and_previous_are_consistent(start: datetime, expr: str, tz: str) -> None:
     """next(t) > t, previous(next(t)) < next(t), no fire between t and next(t)."""
@@ -169,6 +242,22 @@ def test_interval_fires_at_multiples_since_the_epoch_whatever_the_zone() -> None
     hourly = every(3600)
     across = fire_times(hourly, utc(2026, 3, 28, 23), utc(2026, 3, 29, 4), limit=10)
     assert all((b - a).total_seconds() == 3600 for a, b in itertools.pairwise(across))
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (utc(2026, 10, 24, 22), utc(2026, 10, 25, 4)),  # Berlin fall back
+        (utc(2026, 11, 1, 3), utc(2026, 11, 1, 9)),  # New York fall back
+        (utc(2026, 10, 3, 14), utc(2026, 10, 3, 18)),  # Sydney spring forward
+    ],
+)
+def test_intervals_are_pure_utc_durations_across_dst(start: datetime, end: datetime) -> None:
+    """`every 15m` is 15 minutes of elapsed time whatever the zone's clocks do."""
+    quarter = every(900)
+    fires = fire_times(quarter, start, end, limit=100)
+    assert len(fires) == (end - start) // timedelta(minutes=15)
+    assert all((b - a) == timedelta(minutes=15) for a, b in itertools.pairwise(fires))
 
 
 def test_fire_times_respects_its_limit_and_bounds() -> None:
