@@ -260,10 +260,14 @@ class LedgerWriter(Protocol[TxT]):
         reason: ReasonCode,
         failure_code: FailureCode | None,
         ended_at: datetime,
+        closing: Sequence[Event] = (),
+        receipts: Sequence[ExecutionReceipt] = (),
     ) -> None:
         """A run's terminal commit point (DESIGN.md section 3 step 6, section 8).
 
-        Writes the terminal ``event``, the run row's terminal state, the
+        Writes ``closing`` (the synthetic results of the calls still open,
+        ``core/sealing.py``) with their ``receipts``, then the terminal
+        ``event`` (whose sequence follows them), the run row's terminal state, the
         acknowledgement of every inbox message the run claimed and
         ``sessions.status = done`` -- all or nothing, under the fence.
 

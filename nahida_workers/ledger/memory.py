@@ -334,8 +334,12 @@ class MemoryLedger:
         reason: ReasonCode,
         failure_code: FailureCode | None,
         ended_at: datetime,
+        closing: Sequence[Event] = (),
+        receipts: Sequence[ExecutionReceipt] = (),
     ) -> None:
-        """Terminal event + run row + inbox acknowledgement + session ``done``, cancel consumed."""
+        """Closing results + receipts, terminal event, run row, inbox acks, session ``done``."""
+        self._append_events(tx, closing)
+        self._put_receipts(tx, receipts)
         self._append_events(tx, [event])
         self.finish_run(
             tx,

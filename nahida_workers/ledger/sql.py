@@ -469,11 +469,15 @@ class SqlLedger:
         reason: ReasonCode,
         failure_code: FailureCode | None,
         ended_at: datetime,
+        closing: Sequence[Event] = (),
+        receipts: Sequence[ExecutionReceipt] = (),
     ) -> None:
         """The run's terminal commit point (DESIGN.md section 3 step 6, section 8).
 
-        The terminal ``event``, the run row's terminal state, the acknowledgement
-        of every inbox message the run claimed, and ``sessions.status = done``
+        ``closing`` (synthetic results of the calls still open) and their
+        ``receipts`` first, then the terminal ``event``, the run row's terminal
+        state, the acknowledgement of every inbox message the run claimed, and
+        ``sessions.status = done``
         with the cancel request consumed (a cancel is for the open run).
         On the PostgreSQL fast path (a deferred transaction with nothing else
         buffered) this is ONE autocommit statement (:func:`seal_pg`);
@@ -492,7 +496,9 @@ class SqlLedger:
             "failure_code": failure_code.value if failure_code else None,
             "ended_at": ended_at,
         }
-        if self.pg and tx._conn is None and tx.pending is not None and not tx.buffered:
+        if closing or receipts:
+            self.append(tx, closing, receipts)  # then the slow path below, same transaction
+        elif self.pg and tx._conn is None and tx.pending is not None and not tx.buffered:
             fence = self.require_fence(tx, run_id, locks_itself=True)
             self._check(tx, run_id, call_ids([event]), lambda f: check_append(f, [event]))
             if tx._conn is None:  # the check needed no read: still one statement

@@ -13,8 +13,9 @@ commit point        what it writes, in one fenced transaction
                     ``failed/tool_persistence_failed``
 ``commit_control``  control events and the user input they inject (corrections,
                     bounds, stop-hook verdicts) and inbox claims
-``seal``            the terminal event, the run row, the inbox acknowledgements
-                    and ``sessions.status = done`` (section 3 step 6)
+``seal``            a synthetic result + receipt for every call still open
+                    (``core/sealing.py``), the terminal event, the run row, the
+                    inbox acknowledgements and ``sessions.status = done``
 ``park``            a ``parked`` control event, ``sessions.status = waiting`` and the
                     awaited child ids -- or nothing, when every awaited child is
                     already done (section 8; serialised with the children's
@@ -64,6 +65,7 @@ from nahida_workers.core.loop import (
 from nahida_workers.core.messages import ProviderTurn
 from nahida_workers.core.receipts import missing_receipts
 from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord
+from nahida_workers.core.sealing import closing_events, closing_receipts
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
 from nahida_workers.ports import (
@@ -329,19 +331,15 @@ class CommitPoints:
             LedgerUnavailableError: the outage outlasted ``within_s``.
         """
         now = self.clock.now()
-        event = terminal_event(state, finish, now=now)
-
+        # Every call still open is closed in this transaction, before the
+        # terminal event (core/sealing.py): its result and receipt stay in its run.
+        closing = closing_events(state, finish.state, finish.reason, now=now)
+        receipts = closing_receipts(state, closing, now=now)
         family = self.family
         parent = family.parent_id if family is not None else None
         wake: list[OutboxRecord] = []
         running = family.running() if family is not None else []
-        if family is not None and family.worktree is not None:  # the commit is evidence
-            done = family.finish_worktree(finish.final_text)
-            event = event.model_copy(update={"payload": {**event.payload, **done}})
-        if running:  # section 8: a parent that ends names the children it leaves running
-            event = event.model_copy(
-                update={"payload": {**event.payload, "children_running": running}}
-            )
+        event = self._terminal(state, finish, len(closing), running, now)
 
         def write() -> None:
             # A child's seal posts its completion (a parent's closes its children)
@@ -356,6 +354,8 @@ class CommitPoints:
                     reason=finish.reason,
                     failure_code=finish.failure_code,
                     ended_at=now,
+                    closing=closing,
+                    receipts=receipts,
                 )
                 wake.clear()
                 if parent is not None and family is not None:
@@ -365,17 +365,45 @@ class CommitPoints:
 
         self._through_outage(
             write,
-            [event],
-            (),
+            [*closing, event],
+            receipts,
             landed=lambda: self._landed(run.run_id, event),
             within_s=self.outage_s if within_s is None else within_s,
         )
+        self._learn(state, closing, receipts)
         state.apply(event)
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
         if family is not None:
             family.publish_all(wake)
         if self.observer is not None:
             self.observer.sealed(state, finish)
+
+    def _learn(
+        self, state: RunState, events: Sequence[Event], receipts: Sequence[ExecutionReceipt]
+    ) -> None:
+        """The state (and the observer) learn what just committed."""
+        if events and self.observer is not None:
+            self.observer.committed(events)
+        for event in events:
+            state.apply(event)
+        for receipt in receipts:
+            state.apply_receipt(receipt)
+
+    def _terminal(
+        self, state: RunState, finish: Finish, closed: int, running: list[str], now: datetime
+    ) -> Event:
+        """The terminal event, after ``closed`` closing results, with its evidence."""
+        event = terminal_event(state, finish, now=now)
+        event = event.model_copy(update={"sequence": event.sequence + closed})
+        family = self.family
+        if family is not None and family.worktree is not None:  # the commit is evidence
+            done = family.finish_worktree(finish.final_text)
+            event = event.model_copy(update={"payload": {**event.payload, **done}})
+        if running:  # section 8: a parent that ends names the children it leaves running
+            event = event.model_copy(
+                update={"payload": {**event.payload, "children_running": running}}
+            )
+        return event
 
     def _post_completion(
         self, tx: Any, family: Family, parent: str, run: RunRecord, finish: Finish, now: datetime

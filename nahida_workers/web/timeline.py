@@ -123,7 +123,7 @@ def _tool_bar(
         end = result.created_at if result is not None and result.created_at else start
         detail = f"{name} {call.call_id}: no receipt; result {status}"
     if synthetic:
-        detail += " (synthetic result: interrupted, outcome unknown)"
+        detail += f" (synthetic result: {status}, outcome unknown)"
     return Bar(
         kind="tool",
         label=name,

@@ -123,19 +123,24 @@ def test_a_failed_result_commit_ends_the_run_tool_persistence_failed(tmp_path: P
     assert runner.run(sid) is SessionOutcome.FINISHED
     assert hook.held[2] == [EventType.TOOL_RESULT], hook.held
     assert len(hook.held) > 4, "the results commit was not retried"
-    assert hook.held[-1] == [EventType.TERMINAL], hook.held
+    # the seal closes the call (outcome unknown) in its own transaction
+    assert hook.held[-1] == [EventType.TOOL_RESULT, EventType.TERMINAL], hook.held
     assert (tmp_path / MARKER).read_text() == "x\n", "the tool must have run exactly once"
     events = ledger.events(run_id)
     assert [e.type for e in events] == [
         EventType.USER_INPUT,
         EventType.ASSISTANT_OUTPUT,
         EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
         EventType.TERMINAL,
     ]
     assert events[-1].payload["state"] == "failed"
     assert events[-1].payload["reason"] == "tool_persistence_failed"
     assert events[-1].payload["failure_code"] == FailureCode.TOOL_PERSISTENCE_FAILED.value
-    assert ledger.receipts(run_id) == []
+    closed = events[-2].payload
+    assert (closed["status"], closed["synthetic"]) == ("interrupted", True)
+    assert "outcome unknown" in closed["content"] and "may have run" in closed["content"]
+    assert [(r.call_id, r.status.value) for r in ledger.receipts(run_id)] == [("c1", "interrupted")]
     run = ledger.get_run(run_id)
     assert run is not None and run.failure_code is FailureCode.TOOL_PERSISTENCE_FAILED
     session = ledger.get_session(sid)
@@ -210,5 +215,7 @@ def test_after_a_long_outage_lost_results_end_the_run_tool_persistence_failed(
         "failed",
         "tool_persistence_failed",
     )
-    assert not [e for e in events if e.type is EventType.TOOL_RESULT]
+    # only the seal's synthetic result: outcome unknown, never the lost real one
+    (closed,) = [e for e in events if e.type is EventType.TOOL_RESULT]
+    assert (closed.payload["status"], closed.payload["synthetic"]) == ("interrupted", True)
     assert runner.run(sid) is SessionOutcome.ALREADY_DONE

@@ -325,7 +325,12 @@ def doom_prompt_named_the_action(result: InlineResult, ws: Path) -> None:
 
 def ran_once(result: InlineResult, ws: Path) -> None:
     assert (ws / "marker.txt").read_text() == "ran\n"
-    assert result.receipts == []  # the results transaction was refused whole
+    # the results transaction was refused whole; the seal closed the call as
+    # interrupted, outcome unknown (its side effect happened), with a receipt
+    (receipt,) = result.receipts
+    assert (receipt.status.value, receipt.evidence["synthetic"]) == ("interrupted", True)
+    (closed,) = [e for e in result.events if e.type is EventType.TOOL_RESULT]
+    assert closed.payload["synthetic"] and "outcome unknown" in closed.payload["content"]
 
 
 def calc_fixed(result: InlineResult, ws: Path) -> None:
