@@ -199,7 +199,7 @@ class Spawner:
         parent = self.link()
         cid = child_id(run_id, call_id)
         child_spec = self.spec.child_spec(request.agent, request.prompt)
-        provider = str(child_spec.provider.get("name") or child_spec.provider.get("kind"))
+        provider, model = child_spec.labels()
         session = SessionRecord(
             session_id=cid,
             parent_id=self.session.session_id,
@@ -232,7 +232,7 @@ class Spawner:
             run_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:run:1").hex,
             session_id=cid,
             provider=provider,
-            model=str(child_spec.provider.get("model") or provider),
+            model=model,
             completion_contract=child_spec.contract,
             trace_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:trace").hex,
             started_at=now,

@@ -55,9 +55,8 @@ def new_id() -> str:
 
 
 def provider_labels(spec: SessionSpec) -> tuple[str, str]:
-    """``(provider name, model)`` recorded on a session's runs."""
-    provider = str(spec.provider.get("name") or spec.provider.get("kind", "scripted"))
-    return provider, str(spec.provider.get("model") or provider)
+    """``(provider name, model)`` recorded on a session's runs (:meth:`SessionSpec.labels`)."""
+    return spec.labels()
 
 
 @dataclass

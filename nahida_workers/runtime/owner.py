@@ -180,11 +180,12 @@ class SessionOwner:
         runs = self.r.ledger.runs_of(self.session.session_id)
         if runs and runs[-1].started_at >= now:  # runs are ordered by start: keep them so
             now = runs[-1].started_at + timedelta(microseconds=1)
+        provider, model = spec.labels()
         run = RunRecord(
             run_id=uuid.uuid4().hex,
             session_id=self.session.session_id,
-            provider=str(spec.provider.get("name") or spec.provider.get("kind", "scripted")),
-            model=str(spec.provider.get("model") or "unknown"),
+            provider=provider,
+            model=model,
             completion_contract=spec.contract,
             trace_id=uuid.uuid4().hex,
             started_at=now,

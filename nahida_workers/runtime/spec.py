@@ -154,6 +154,17 @@ class SessionSpec(_Spec):
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
     parent_close: ParentClose = ParentClose.CANCEL
 
+    def labels(self) -> tuple[str, str]:
+        """``(provider name, model)`` recorded on every run of the session.
+
+        The model falls back to the provider's name (a scripted provider has
+        no model), the same for a session's first run, a later run started by
+        steering and a child's run, so the ``{provider, model}`` metric labels
+        of one session never split.
+        """
+        provider = str(self.provider.get("name") or self.provider.get("kind", "scripted"))
+        return provider, str(self.provider.get("model") or provider)
+
     def child_spec(self, agent: str, prompt: str) -> SessionSpec:
         """The config snapshot of a child started with ``agent``'s profile on ``prompt``.
 

@@ -139,6 +139,9 @@ def test_input_after_the_run_sealed_starts_the_next_run(tmp_path: Path) -> None:
     }
     assert runner.ledger.get_session(sid).status.value == "done"  # type: ignore[union-attr]
     assert [m.status for m in runner.ledger.inbox(sid)] == [InboxStatus.ACKNOWLEDGED]
+    # The later run is labelled like the first (it read "unknown" as its model,
+    # which split the {provider, model} metric labels of one session).
+    assert [(r.provider, r.model) for r in runs] == [("scripted", "scripted")] * 2
 
 
 def test_inbox_limits_are_a_clear_error(tmp_path: Path) -> None:
