@@ -223,6 +223,7 @@ def _recorded(what: str, exc: BaseException) -> typer.Exit:
         f"{what}: recorded; will be delivered when the broker is back "
         f"(do not repeat it) -- {one_line(classify(exc)[1].removeprefix('error: '))}",
         markup=False,
+        soft_wrap=True,  # one line at any width: scripts grep it
     )
     return typer.Exit(ExitCode.RECORDED)
 

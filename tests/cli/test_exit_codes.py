@@ -195,6 +195,7 @@ def test_steer_and_cancel_with_the_broker_down_say_recorded_and_exit_4(
     )
     assert steered.code == 4, steered.output
     assert "recorded; will be delivered when the broker is back" in steered.stdout
+    assert len(steered.stdout.strip().splitlines()) == 1, steered.stdout  # never wrapped
     assert "Traceback" not in steered.output
     pending = postgres_ledger.inbox(session_id, statuses=[InboxStatus.PENDING])
     assert [(m.message_id, m.text) for m in pending] == [("m-1", "also check [docs]")]
@@ -216,6 +217,10 @@ def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
     done = nahida(args, cwd=tmp_path, env=_broker_down_env(postgres_url, redis_server))
     assert done.code == 4, done.output
     assert "3 session(s) recorded; will be delivered when the broker is back" in done.stdout
+    assert any(
+        "recorded; will be delivered" in line and "nahida status" in line
+        for line in done.stdout.splitlines()
+    ), done.stdout  # the whole sentence on one line, never wrapped
     assert "Traceback" not in done.output
     assert len(postgres_ledger.sessions()) == 3
     assert len(postgres_ledger.pending_outbox()) == 3
