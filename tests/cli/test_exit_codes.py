@@ -226,6 +226,18 @@ def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
     assert len(postgres_ledger.pending_outbox()) == 3
 
 
+def test_watch_that_times_out_says_so_in_one_line_and_exits_1(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
+) -> None:
+    session_id = _session(postgres_ledger, tmp_path)
+    env = _broker_down_env(postgres_url, redis_server)
+    for extra in ([], ["--jsonl"]):
+        done = nahida(["watch", session_id[:10], "--timeout", "0.5", *extra], cwd=tmp_path, env=env)
+        assert done.code == 1, done.output
+        line = done.one_error_line()
+        assert "timed out" in line and session_id in line and "queued" in line, line
+
+
 def test_the_ledger_down_is_not_recorded_but_exit_3(tmp_path: Path) -> None:
     done = nahida(
         ["steer", "abcd1234", "hello"],
