@@ -67,6 +67,32 @@ class _HeldEnvSource(EnvSettingsSource):
         return loaded
 
 
+#: The ledger's database URL schemes (after ``postgres://`` is rewritten).
+DATABASE_SCHEMES = ("postgresql+psycopg", "sqlite")
+
+
+def _supported_database_url(url: str) -> str:
+    """``url`` if the ledger can use it, else ``ValueError`` naming what is wrong.
+
+    Checked when the settings load, so a driver that is not installed
+    (``mysql://``) or a port that is not a number fails as a setting error
+    (exit 2), not as an internal error when the first connection is made.
+    """
+    from urllib.parse import urlsplit
+
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in DATABASE_SCHEMES:
+        raise ValueError(
+            f"unsupported scheme {scheme or url!r}: expected "
+            "postgresql+psycopg://USER@HOST:5432/DB (or postgres://) or sqlite:///PATH"
+        )
+    try:
+        _ = urlsplit(url).port  # raises on a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"{exc} in {url.split('@')[-1]!r}") from None
+    return url
+
+
 class Settings(BaseSettings):
     """Everything configurable, with units in the names (``_s`` seconds, ``_bytes``)."""
 
@@ -178,8 +204,9 @@ class Settings(BaseSettings):
         # name the same server; the ledger speaks to it through psycopg 3.
         for scheme in ("postgres://", "postgresql://"):
             if url.startswith(scheme):
-                return "postgresql+psycopg://" + url[len(scheme) :]
-        return url
+                url = "postgresql+psycopg://" + url[len(scheme) :]
+                break
+        return _supported_database_url(url)
 
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:

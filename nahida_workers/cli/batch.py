@@ -254,6 +254,7 @@ def _recorded(
         "celery beat's sweeper publishes them). Do not re-run the batch: follow it with "
         f"`nahida status {batch_id}`.",
         markup=False,
+        soft_wrap=True,  # one line at any width: scripts grep it
     )
     return ExitCode.RECORDED
 

@@ -155,7 +155,9 @@ def mock_llm(
     data = read_yaml_file(script, what="script")
     if isinstance(data, dict) and "turns" not in data:
         data = (data.get("provider") or {}).get("script")
-    if data is None:
+    if isinstance(data, list):  # a bare list of turns, as load_script reads it
+        data = {"turns": data}
+    if not isinstance(data, dict | str):
         raise ConfigError(f"{script} holds no provider script (turns)")
     server = serve_mock_llm(data, host=host, port=port)
     print(

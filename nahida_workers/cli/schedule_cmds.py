@@ -72,14 +72,11 @@ NameArg = Annotated[str, typer.Argument(help="Schedule name (or a unique prefix 
 
 
 def _settings(local: bool, db: Path) -> "Settings":
-    from nahida_workers.settings import load_settings
+    # The shared loader records the service URLs, so an infrastructure error
+    # names the URL in use (it said "(unset)" for every schedule command).
+    from nahida_workers.cli.common import settings_for
 
-    if local:
-        from nahida_workers.runtime.wiring import EMBEDDED_URLS
-
-        db.parent.mkdir(parents=True, exist_ok=True)
-        return load_settings(**{**EMBEDDED_URLS, "database_url": f"sqlite:///{db.resolve()}"})
-    return load_settings()
+    return settings_for(local, db)
 
 
 def _store(settings: "Settings") -> "SqlScheduleStore":

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from nahida_workers.cli.common import out, settings_for
-from nahida_workers.cli.exits import ExitCode, is_delivery_failure, one_line
+from nahida_workers.cli.exits import ExitCode, is_delivery_failure, one_line, print_error
 
 __all__ = ["cancel", "follow", "steer", "watch"]
 
@@ -190,6 +190,13 @@ def watch(
         emit_child=emit_child,
     )
     if not done:
+        # Exit 1 alone looked like a crash: say what the wait ended on.
+        session = ledger.get_session(full)
+        status = session.status.value if session is not None else "unknown"
+        print_error(
+            f"error: watch timed out after {timeout:g} s: session {full} is {status}, not done "
+            f"(follow it again with `nahida watch {full}`)"
+        )
         raise typer.Exit(ExitCode.NOT_COMPLETED)
 
 
@@ -223,6 +230,7 @@ def _recorded(what: str, exc: BaseException) -> typer.Exit:
         f"{what}: recorded; will be delivered when the broker is back "
         f"(do not repeat it) -- {one_line(classify(exc)[1].removeprefix('error: '))}",
         markup=False,
+        soft_wrap=True,  # one line at any width: scripts grep it
     )
     return typer.Exit(ExitCode.RECORDED)
 

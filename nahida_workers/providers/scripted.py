@@ -46,7 +46,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nahida_workers.core.events import FailureCode
@@ -61,6 +60,7 @@ from nahida_workers.core.messages import (
 from nahida_workers.errors import ConfigError, ProviderError
 from nahida_workers.providers.classify import build_turn
 from nahida_workers.providers.early_calls import emit_parsed
+from nahida_workers.yaml_input import load_yaml, read_yaml_file
 
 __all__ = [
     "Script",
@@ -141,12 +141,19 @@ def load_script(source: str | Path | Mapping[str, Any]) -> Script:
             data: Any = dict(source)
         else:
             path = Path(source)
-            text = path.read_text("utf-8") if path.suffix in {".yaml", ".yml", ".json"} else source
-            data = yaml.safe_load(str(text))
+            if path.suffix in {".yaml", ".yml", ".json"}:
+                data = read_yaml_file(path, what="provider script")
+            else:
+                # Inline text (a job file's or an API request's): the same
+                # alias and size limits as a file, or one request could
+                # expand a "billion laughs" document in the server.
+                data = load_yaml(str(source), source="provider script")
         if isinstance(data, list):
             data = {"turns": data}
         return Script.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
+    except ConfigError as exc:
+        raise ConfigError(f"invalid provider script: {exc}") from None
+    except (OSError, ValidationError) as exc:
         raise ConfigError(f"invalid provider script: {exc}") from None
 
 

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nahida_workers.errors import ConfigError, UserError
@@ -35,6 +34,7 @@ from nahida_workers.runtime.spec import JobSpec, load_job
 from nahida_workers.schedules.model import Overlap, ScheduleDef, parse_duration
 from nahida_workers.schedules.timing import shortest_period
 from nahida_workers.settings import Settings
+from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = ["ScheduleEntry", "build_definition", "load_schedules_file", "resolve_repos"]
 
@@ -178,10 +178,9 @@ def load_schedules_file(path: str | Path, settings: Settings) -> list[ScheduleDe
         UserError: a repository is missing.
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text("utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
+    # The alias and size limits of every YAML input: a bare safe_load expands
+    # an alias bomb while the entries are validated (it hung `schedule apply`).
+    data = read_yaml_file(path, what="schedules file")
     entries = data.get("schedules") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: expected a mapping with a 'schedules' list")

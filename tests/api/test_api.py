@@ -98,6 +98,10 @@ def test_dispatch_inspect_follow_steer_and_cancel(
 def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     big = b'{"job": {}, "workspace": "' + b"x" * (300 * 1024) + b'"}'
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )
+    bomb_job = {**JOB, "provider": {"kind": "scripted", "script": bomb + "turns: *i\n"}}
     with server.client(headers={"content-type": "application/json"}) as http:
         cases: list[tuple[httpx.Response, int]] = [
             (http.post("/v1/sessions", content=b"{not json"), 400),
@@ -114,6 +118,8 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             ),
             (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 400),
             (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 400),
+            # an inline script that is an alias bomb: refused, not expanded in the server
+            (http.post("/v1/sessions", json={"job": bomb_job, "workspace": str(repo)}), 400),
             (http.post("/v1/sessions", content=big), 413),
             (http.post("/v1/sessions", content=iter([big[:100_000]] * 4)), 413),
             (http.get("/v1/sessions/ffffffff"), 404),

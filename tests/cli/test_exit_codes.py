@@ -125,6 +125,42 @@ def test_postgres_scheme_is_accepted_and_a_malformed_url_is_a_setting_error(
     assert "NAHIDA_DATABASE_URL" in bad.one_error_line()
 
 
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("mysql://u@127.0.0.1/db", "unsupported scheme 'mysql'"),
+        ("postgresql://u:pw@127.0.0.1:notaport/db", "notaport"),
+    ],
+)
+def test_an_unusable_database_url_is_a_setting_error_for_every_command(
+    tmp_path: Path, url: str, needle: str
+) -> None:
+    # An uninstalled driver or a port that is not a number was exit 1
+    # "internal error" (ModuleNotFoundError / ValueError) at the first query.
+    for args in (["status"], ["migrate"], ["schedule", "list"], ["steer", "abcd1234", "hi"]):
+        done = nahida(args, cwd=tmp_path, env=clean_env(NAHIDA_DATABASE_URL=url))
+        assert done.code == 2, (args, done.output)
+        line = done.one_error_line()
+        assert "NAHIDA_DATABASE_URL" in line and needle in line and "pw" not in line
+
+
+def test_schedule_commands_name_the_database_url_they_used(tmp_path: Path) -> None:
+    for args in (["schedule", "list"], ["schedule", "run"], ["schedule", "show", "s1"]):
+        done = nahida(args, cwd=tmp_path, env=clean_env(NAHIDA_DATABASE_URL=CLOSED_PORT_PG))
+        assert done.code == 3, done.output
+        line = done.one_error_line()
+        assert "127.0.0.1:1/nahida (NAHIDA_DATABASE_URL)" in line and "(unset)" not in line, line
+
+
+@pytest.mark.parametrize(
+    "body", [b"- a\n- b\n", b"provider: {script: 5}\n", b"[unclosed\n", b"caf\xe9: x\n"]
+)
+def test_mock_llm_with_a_bad_script_is_an_input_error(tmp_path: Path, body: bytes) -> None:
+    done = nahida(["mock-llm", "--script", str(_job(tmp_path, body)), "--port", "0"], cwd=tmp_path)
+    assert done.code == 2, done.output
+    assert "internal error" not in done.one_error_line()
+
+
 # -- 4: recorded, delivered when the broker is back ------------------------------------
 class _NoQueue:
     def publish_session(self, session_id: str, *, task_id: str) -> None:
@@ -159,6 +195,7 @@ def test_steer_and_cancel_with_the_broker_down_say_recorded_and_exit_4(
     )
     assert steered.code == 4, steered.output
     assert "recorded; will be delivered when the broker is back" in steered.stdout
+    assert len(steered.stdout.strip().splitlines()) == 1, steered.stdout  # never wrapped
     assert "Traceback" not in steered.output
     pending = postgres_ledger.inbox(session_id, statuses=[InboxStatus.PENDING])
     assert [(m.message_id, m.text) for m in pending] == [("m-1", "also check [docs]")]
@@ -180,9 +217,25 @@ def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
     done = nahida(args, cwd=tmp_path, env=_broker_down_env(postgres_url, redis_server))
     assert done.code == 4, done.output
     assert "3 session(s) recorded; will be delivered when the broker is back" in done.stdout
+    assert any(
+        "recorded; will be delivered" in line and "nahida status" in line
+        for line in done.stdout.splitlines()
+    ), done.stdout  # the whole sentence on one line, never wrapped
     assert "Traceback" not in done.output
     assert len(postgres_ledger.sessions()) == 3
     assert len(postgres_ledger.pending_outbox()) == 3
+
+
+def test_watch_that_times_out_says_so_in_one_line_and_exits_1(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
+) -> None:
+    session_id = _session(postgres_ledger, tmp_path)
+    env = _broker_down_env(postgres_url, redis_server)
+    for extra in ([], ["--jsonl"]):
+        done = nahida(["watch", session_id[:10], "--timeout", "0.5", *extra], cwd=tmp_path, env=env)
+        assert done.code == 1, done.output
+        line = done.one_error_line()
+        assert "timed out" in line and session_id in line and "queued" in line, line
 
 
 def test_the_ledger_down_is_not_recorded_but_exit_3(tmp_path: Path) -> None:

@@ -83,6 +83,40 @@ def test_alias_bomb_is_refused_before_it_expands() -> None:
         load_yaml("a: &a [*a]\n", source="job")
 
 
+def _bomb(tail: str) -> str:
+    return (
+        "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
+            for i in range(8)
+        )
+        + tail
+    )
+
+
+def test_an_inline_provider_script_alias_bomb_is_refused() -> None:
+    """Inline script text (a job's or an API request's) had no alias limit: it hung the server."""
+    from nahida_workers.providers.scripted import load_script
+
+    with pytest.raises(ConfigError, match="expands to more than"):
+        load_script(_bomb("turns: *i\n"))
+    assert load_script("turns: [{text: hi}]").turns[0].text == "hi"
+
+
+def test_a_schedules_file_alias_bomb_is_refused(tmp_path: Path) -> None:
+    """``schedule apply`` read its file with a bare safe_load: a bomb hung it."""
+    from nahida_workers.schedules.config import load_schedules_file
+    from nahida_workers.settings import Settings
+
+    path = tmp_path / "schedules.yaml"
+    path.write_text(_bomb("schedules: [{name: s, job: {name: j, prompt: hi, tags: *i}}]\n"))
+    with pytest.raises(ConfigError, match="expands to more than"):
+        load_schedules_file(path, Settings())
+    path.write_bytes(b"schedules: [\xff]\n")
+    with pytest.raises(ConfigError, match=r"schedules\.yaml is not UTF-8"):
+        load_schedules_file(path, Settings())
+
+
 def test_watch_jsonl_prints_one_unwrapped_json_object_per_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
