@@ -44,6 +44,11 @@ __all__ = ["Services", "create_app"]
 
 #: Most characters of an id or prefix accepted in a path.
 MAX_ID = 64
+#: What a 202 with ``"delivered": false`` says (the CLI's exit 4 sentence).
+RECORDED_MESSAGE = (
+    "recorded; queued for delivery when the broker is back (do not repeat it; "
+    "celery beat's sweeper publishes it)"
+)
 
 
 @dataclass
@@ -158,8 +163,10 @@ def _action_routes(v1: APIRouter, services: Services) -> None:
     fleet, ledger = services.fleet, services.fleet.ledger
 
     def _acted(what: str, exc: BaseException | None, **extra: Any) -> JSONResponse:
-        delivered = exc is None
-        return JSONResponse({**extra, "recorded": True, "delivered": delivered}, status_code=202)
+        body = {**extra, "recorded": True, "delivered": exc is None}
+        if exc is not None:
+            body["message"] = f"{what}: {RECORDED_MESSAGE}"
+        return JSONResponse(body, status_code=202)
 
     @v1.post("/sessions/{session_id}/steer", status_code=202)
     def steer(session_id: str, body: SteerIn) -> JSONResponse:
@@ -283,11 +290,14 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
         if recorded is None:
             raise
         session, created, delivered = recorded, True, False
-    data = {
+    data: dict[str, Any] = {
         "session": session.model_dump(mode="json"),
         "created": created,
+        "recorded": True,
         "delivered": delivered,
     }
+    if not delivered:
+        data["message"] = f"session {session.session_id}: {RECORDED_MESSAGE}"
     status = 202 if not delivered else 201 if created else 200
     return JSONResponse(data, status_code=status)
 

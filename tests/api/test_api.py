@@ -172,7 +172,13 @@ def test_with_the_broker_down_requests_are_recorded_and_say_so(
             assert body["delivered"] is False and body["session"]["status"] == "queued"
             session_id = body["session"]["session_id"]
             assert http.get(f"/v1/sessions/{session_id}").status_code == 200
+            assert body["recorded"] is True and "queued for delivery" in body["message"]
             steered = http.post(f"/v1/sessions/{session_id}/steer", json={"text": "more"})
             assert steered.status_code == 202 and steered.json()["delivered"] is False
+            assert "recorded; queued for delivery" in steered.json()["message"]
+            cancelled = http.post(f"/v1/sessions/{session_id}/cancel")
+            assert cancelled.status_code == 202, cancelled.text
+            assert cancelled.json()["recorded"] is True and cancelled.json()["delivered"] is False
+            assert "recorded; queued for delivery" in cancelled.json()["message"]
     finally:
         down.stop()
