@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -29,6 +28,7 @@ from nahida_workers.api.guard import (
     token_ok,
     unavailable,
 )
+from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
@@ -258,17 +258,16 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
     except ValidationError as exc:
         raise UserError(f"invalid job: {validation_summary(exc)}") from None
     spec = job.session_spec()
+    check_inline_scripts(spec)  # before anything reads a script: no file is opened here
+    workspace = allowed_workspace(body.workspace, fleet.settings.api_workspace_root_paths)
     check_spec(spec, fleet.settings)  # tools, provider and script, as `nahida batch` checks
-    workspace = Path(body.workspace)
-    if not workspace.is_absolute() or not workspace.is_dir():
-        raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
     provider, model = provider_labels(spec)
     delivered = True
     wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
     try:
         session, created = fleet.dispatcher.submit(
             spec,
-            workspace=str(workspace.resolve()),
+            workspace=str(workspace),
             idempotency_key=body.idempotency_key,
             session_id=wanted_id,
             provider_name=provider,

@@ -117,7 +117,7 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
                 400,
             ),
             (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 400),
-            (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 400),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 422),
             # an inline script that is an alias bomb: refused, not expanded in the server
             (http.post("/v1/sessions", json={"job": bomb_job, "workspace": str(repo)}), 400),
             (http.post("/v1/sessions", content=big), 413),
@@ -139,6 +139,89 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             error = response.json()["error"]
             assert error["code"] and error["message"], response.text
     assert "Traceback" not in server.log.read_text()
+
+
+def _scripted(script: object) -> dict[str, object]:
+    return {"kind": "scripted", "script": script}
+
+
+def test_a_provider_script_must_be_inline_never_a_server_path(
+    server: Server, tmp_path: Path
+) -> None:
+    # A script string ending .yaml/.json was read on the server: a file
+    # oracle ("cannot read provider script /x.yaml: No such file").
+    repo = make_repo(tmp_path / "repo")
+    real = tmp_path / "script.yaml"
+    real.write_text("turns:\n  - text: hi\n", encoding="utf-8")
+    profile = {"provider": _scripted(str(real)), "tools": ["Read"]}
+    jobs = {
+        "job.provider.script": {**JOB, "provider": _scripted(str(real))},
+        "job.provider.fallbacks.0.script": {
+            **JOB,
+            "provider": {**JOB["provider"], "fallbacks": [_scripted("/nope/missing.json")]},
+        },
+        "job.agents.helper.provider.script": {**JOB, "agents": {"helper": profile}},
+    }
+    with server.client() as http:
+        messages = []
+        for field, job in jobs.items():
+            response = http.post("/v1/sessions", json={"job": job, "workspace": str(repo)})
+            assert response.status_code == 422, (field, response.text)
+            error = response.json()["error"]
+            assert error["code"] == "invalid_input" and error["message"].startswith(field)
+            messages.append(error["message"].removeprefix(field))
+        missing = http.post(
+            "/v1/sessions",
+            json={
+                "job": {**JOB, "provider": _scripted("/nope/missing.yaml")},
+                "workspace": str(repo),
+            },
+        )
+        assert missing.status_code == 422 and missing.json()["error"]["message"].endswith(
+            messages[0]
+        ), "the same answer whether the file exists or not"
+        assert len(set(messages)) == 1
+        inline = http.post(
+            "/v1/sessions",
+            json={
+                "job": {**JOB, "provider": _scripted("turns:\n  - text: hi\n")},
+                "workspace": str(repo),
+            },
+        )
+        assert inline.status_code in (201, 202), inline.text  # YAML text is inline data
+
+
+def test_workspace_roots_bound_what_a_posted_workspace_may_be(
+    fleet: Fleet, pg: object, tmp_path: Path
+) -> None:
+    allowed = tmp_path / "allowed"
+    inside = make_repo(allowed / "repo")
+    outside = make_repo(tmp_path / "outside")
+    (allowed / "link").symlink_to(outside)
+    roots = f"{allowed}:/nonexistent-root"
+    guarded = start_server(fleet, tmp_path, NAHIDA_API_WORKSPACE_ROOTS=roots)
+    try:
+        with guarded.client() as http:
+            answers = {}
+            for name, path in {
+                "outside": outside,
+                "missing": tmp_path / "no-such-dir",
+                "link": allowed / "link",
+                "dotdot": allowed / ".." / "outside",
+                "etc": Path("/etc"),
+            }.items():
+                response = http.post("/v1/sessions", json={"job": JOB, "workspace": str(path)})
+                assert response.status_code == 422, (name, response.text)
+                message = response.json()["error"]["message"]
+                assert message.startswith("workspace:") and "NAHIDA_API_WORKSPACE_ROOTS" in message
+                answers[name] = message.replace(str(path), "P")
+            assert len(set(answers.values())) == 1, answers  # no existence oracle
+            ok = http.post("/v1/sessions", json={"job": JOB, "workspace": str(inside)})
+            assert ok.status_code in (201, 202), ok.text
+    finally:
+        guarded.stop()
+    bad = nahida(["status"], cwd=tmp_path, env=clean_env(NAHIDA_API_WORKSPACE_ROOTS="rel/dir"))
+    assert bad.code == 2 and "NAHIDA_API_WORKSPACE_ROOTS" in bad.one_error_line()
 
 
 def test_a_token_is_required_when_set_and_no_token_means_loopback_only(
