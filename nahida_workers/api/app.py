@@ -28,6 +28,7 @@ from nahida_workers.api.guard import (
     token_ok,
     unavailable,
 )
+from nahida_workers.api.idempotency import same_request
 from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
@@ -289,6 +290,15 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
         if recorded is None:
             raise
         session, created, delivered = recorded, True, False
+    if not created and not same_request(
+        session, spec, str(workspace), inline_max_bytes=fleet.dispatcher.prompt_inline_max_bytes
+    ):
+        return error_body(
+            409,
+            "idempotency_key_reused",
+            f"idempotency_key {body.idempotency_key!r} was used for session "
+            f"{session.session_id} with a different request body; use a new key",
+        )
     data: dict[str, Any] = {
         "session": session.model_dump(mode="json"),
         "created": created,

@@ -224,6 +224,33 @@ def test_workspace_roots_bound_what_a_posted_workspace_may_be(
     assert bad.code == 2 and "NAHIDA_API_WORKSPACE_ROOTS" in bad.one_error_line()
 
 
+def test_an_idempotency_key_reused_with_a_different_body_is_409(
+    server: Server, tmp_path: Path
+) -> None:
+    # It silently returned the first session (200), as if the new body had run.
+    repo, other = make_repo(tmp_path / "repo"), make_repo(tmp_path / "other")
+    big = "x" * (100 * 1024)  # stored as a prompt artifact: compared by its sha256
+    with server.client() as http:
+        for key, job in (("k-small", JOB), ("k-big", {**JOB, "prompt": big})):
+            body = {"job": job, "workspace": str(repo), "idempotency_key": key}
+            first = http.post("/v1/sessions", json=body)
+            assert first.status_code == 201, first.text
+            session_id = first.json()["session"]["session_id"]
+            # the same body, keys in another order: the same request
+            again = http.post("/v1/sessions", json=dict(reversed(list(body.items()))))
+            assert again.status_code == 200, again.text
+            assert again.json()["session"]["session_id"] == session_id
+            for changed in (
+                {**body, "job": {**job, "prompt": job["prompt"] + "!"}},
+                {**body, "job": {**job, "tools": ["Glob", "Read", "Grep"]}},
+                {**body, "workspace": str(other)},
+            ):
+                conflict = http.post("/v1/sessions", json=changed)
+                assert conflict.status_code == 409, conflict.text
+                error = conflict.json()["error"]
+                assert error["code"] == "idempotency_key_reused" and session_id in error["message"]
+
+
 def test_a_token_is_required_when_set_and_no_token_means_loopback_only(
     fleet: Fleet, pg: object, tmp_path: Path
 ) -> None:
