@@ -29,7 +29,7 @@ from nahida_workers.api.guard import (
     unavailable,
 )
 from nahida_workers.api.idempotency import same_request
-from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts
+from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts, known_query_only
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
@@ -112,7 +112,7 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    v1 = APIRouter(prefix="/v1", tags=["v1"])
+    v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only)])
     _session_routes(v1, services)
     _action_routes(v1, services)
     _follow_routes(v1, services)
@@ -238,11 +238,14 @@ def _batch_routes(v1: APIRouter, services: Services) -> None:
     ledger = services.fleet.ledger
 
     @v1.get("/batches")
-    def list_batches() -> dict[str, Any]:
-        """Every batch, newest first, with its session counts."""
+    def list_batches(
+        limit: int | None = Query(None, ge=1, le=10_000, description="At most this many."),
+    ) -> dict[str, Any]:
+        """Every batch (or the newest ``limit``), newest first, with its session counts."""
         from nahida_workers.cli.render import batches_rows
 
-        return {"batches": batches_rows(ledger)}
+        rows = batches_rows(ledger)
+        return {"batches": rows if limit is None else rows[:limit]}
 
     @v1.get("/batches/{batch_id}")
     def get_batch(batch_id: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ exists -- so a job posted to ``/v1/sessions`` must carry its scripts inline
 each ``agents`` profile.  A workspace must be an existing absolute directory
 and, when ``NAHIDA_API_WORKSPACE_ROOTS`` is set, inside one of those roots
 (after symlinks are resolved); a refusal reads the same whether or not the
-path exists.
+path exists.  A query parameter a route does not declare is a 422, not
+silently ignored (``/v1/batches?limt=5`` would otherwise list everything).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+from fastapi.dependencies.models import Dependant
 
 from nahida_workers.providers.scripted import reads_a_file
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["allowed_workspace", "check_inline_scripts"]
+__all__ = ["allowed_workspace", "check_inline_scripts", "known_query_only"]
 
 
 def _providers(spec: SessionSpec) -> Iterator[tuple[str, Any]]:
@@ -74,3 +76,30 @@ def allowed_workspace(workspace: str, roots: Sequence[Path]) -> Path:
     if not resolved.is_dir():
         raise HTTPException(422, f"workspace: {workspace!r} is not an absolute directory path")
     return resolved
+
+
+def _declared(dependant: Dependant) -> set[str]:
+    """Every query parameter name ``dependant`` and its sub-dependencies read."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _declared(sub)
+    return names
+
+
+def known_query_only(request: Request) -> None:
+    """Router dependency: refuse a query parameter the matched route does not declare.
+
+    Raises:
+        HTTPException: 422 naming the first unknown parameter and the known ones.
+    """
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _declared(dependant)
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        accepted = ", ".join(sorted(known)) or "none"
+        raise HTTPException(
+            422, f"query.{unknown[0][:64]}: unknown query parameter (accepted: {accepted})"
+        )

@@ -133,11 +133,25 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             (http.get("/v1/nothing-here"), 404),
             (http.delete("/v1/sessions"), 405),
             (http.get("/v1/sessions/ffffffff/events?timeout=-1"), 422),
+            # query parameters: invalid values and undeclared names (were ignored)
+            (http.get("/v1/batches?limit=abc"), 422),
+            (http.get("/v1/batches?limit=0"), 422),
+            (http.get("/v1/batches?limt=5"), 422),
+            (http.get("/v1/sessions/ffffffff?verbose=1"), 422),
+            (http.get("/v1/sessions/ffffffff/events?timeout=5&since=0"), 422),
         ]
         for response, status in cases:
             assert response.status_code == status, (response.request.url, response.text)
             error = response.json()["error"]
             assert error["code"] and error["message"], response.text
+    with server.client() as http:
+        limited = http.get("/v1/batches?limit=1")
+        assert limited.status_code == 200 and limited.json() == {"batches": []}, limited.text
+        unknown = http.get("/v1/batches?limt=5").json()["error"]
+        assert unknown["code"] == "invalid_input" and "limt" in unknown["message"]
+        assert "limit" in unknown["message"], "names what is accepted"
+        invalid = http.get("/v1/batches?limit=abc").json()["error"]["message"]
+        assert invalid.startswith("query.limit"), invalid
     assert "Traceback" not in server.log.read_text()
 
 
