@@ -87,10 +87,20 @@ def _supported_database_url(url: str) -> str:
             f"unsupported scheme {scheme or url!r}: expected "
             "postgresql+psycopg://USER@HOST:5432/DB (or postgres://) or sqlite:///PATH"
         )
+    parts = urlsplit(url)
     try:
-        _ = urlsplit(url).port  # raises on a port that is not a number
+        _ = parts.port  # raises on a port that is not a number
     except ValueError as exc:
         raise ValueError(f"{exc} in {url.split('@')[-1]!r}") from None
+    # Without a database name libpq falls back to its defaults (the OS user's
+    # database): `migrate` created the ledger there.  SQLite without a path
+    # is a throwaway in-memory database.
+    named = parts.path.strip("/") or "dbname=" in parts.query
+    if not named:
+        expected = (
+            "sqlite:///PATH" if scheme == "sqlite" else "postgresql+psycopg://USER@HOST:5432/DB"
+        )
+        raise ValueError(f"no database name in {url.split('@')[-1]!r}: expected {expected}")
     return url
 
 

@@ -130,6 +130,11 @@ def test_postgres_scheme_is_accepted_and_a_malformed_url_is_a_setting_error(
     [
         ("mysql://u@127.0.0.1/db", "unsupported scheme 'mysql'"),
         ("postgresql://u:pw@127.0.0.1:notaport/db", "notaport"),
+        # no database name: libpq's defaults (the OS user's database) were used
+        ("postgresql+psycopg://", "no database name"),
+        ("postgresql+psycopg://u:pw@127.0.0.1:5432", "no database name"),
+        ("postgres://u:pw@127.0.0.1:5432/", "no database name"),
+        ("sqlite://", "no database name"),
     ],
 )
 def test_an_unusable_database_url_is_a_setting_error_for_every_command(
