@@ -12,6 +12,7 @@ Redis key prefixes, queue names and shared defaults live in
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -86,10 +87,20 @@ def _supported_database_url(url: str) -> str:
             f"unsupported scheme {scheme or url!r}: expected "
             "postgresql+psycopg://USER@HOST:5432/DB (or postgres://) or sqlite:///PATH"
         )
+    parts = urlsplit(url)
     try:
-        _ = urlsplit(url).port  # raises on a port that is not a number
+        _ = parts.port  # raises on a port that is not a number
     except ValueError as exc:
         raise ValueError(f"{exc} in {url.split('@')[-1]!r}") from None
+    # Without a database name libpq falls back to its defaults (the OS user's
+    # database): `migrate` created the ledger there.  SQLite without a path
+    # is a throwaway in-memory database.
+    named = parts.path.strip("/") or "dbname=" in parts.query
+    if not named:
+        expected = (
+            "sqlite:///PATH" if scheme == "sqlite" else "postgresql+psycopg://USER@HOST:5432/DB"
+        )
+        raise ValueError(f"no database name in {url.split('@')[-1]!r}: expected {expected}")
     return url
 
 
@@ -162,6 +173,9 @@ class Settings(BaseSettings):
     api_token: SecretStr = SecretStr("")
     # Largest request body ``nahida serve`` reads, in bytes.
     api_max_body_bytes: int = Field(256 * 1024, ge=1024)
+    # Directories (absolute, ``:``-separated) a workspace posted to ``nahida
+    # serve`` must be inside; empty = any existing absolute directory.
+    api_workspace_roots: str = ""
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)
@@ -208,6 +222,14 @@ class Settings(BaseSettings):
                 break
         return _supported_database_url(url)
 
+    @field_validator("api_workspace_roots")
+    @classmethod
+    def _absolute_roots(cls, value: str) -> str:
+        relative = [r for r in value.split(":") if r and not r.startswith("/")]
+        if relative:
+            raise ValueError(f"workspace roots must be absolute directories, not {relative[0]!r}")
+        return value
+
     @model_validator(mode="after")
     def _visibility_above_lease(self) -> Settings:
         # A broker redelivery must never arrive while the first owner can still
@@ -227,6 +249,11 @@ class Settings(BaseSettings):
         an input kept inline must fit its event whole.
         """
         return min(self.prompt_inline_max_bytes, self.event_payload_max_bytes // 2)
+
+    @property
+    def api_workspace_root_paths(self) -> tuple[Path, ...]:
+        """``api_workspace_roots`` as resolved paths (empty: no restriction)."""
+        return tuple(Path(r).resolve() for r in self.api_workspace_roots.split(":") if r)
 
     @property
     def lease_ttl_ms(self) -> int:

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -29,6 +28,8 @@ from nahida_workers.api.guard import (
     token_ok,
     unavailable,
 )
+from nahida_workers.api.idempotency import same_request
+from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts, known_query_only
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
@@ -44,6 +45,11 @@ __all__ = ["Services", "create_app"]
 
 #: Most characters of an id or prefix accepted in a path.
 MAX_ID = 64
+#: What a 202 with ``"delivered": false`` says (the CLI's exit 4 sentence).
+RECORDED_MESSAGE = (
+    "recorded; queued for delivery when the broker is back (do not repeat it; "
+    "celery beat's sweeper publishes it)"
+)
 
 
 @dataclass
@@ -106,7 +112,7 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    v1 = APIRouter(prefix="/v1", tags=["v1"])
+    v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only)])
     _session_routes(v1, services)
     _action_routes(v1, services)
     _follow_routes(v1, services)
@@ -158,8 +164,10 @@ def _action_routes(v1: APIRouter, services: Services) -> None:
     fleet, ledger = services.fleet, services.fleet.ledger
 
     def _acted(what: str, exc: BaseException | None, **extra: Any) -> JSONResponse:
-        delivered = exc is None
-        return JSONResponse({**extra, "recorded": True, "delivered": delivered}, status_code=202)
+        body = {**extra, "recorded": True, "delivered": exc is None}
+        if exc is not None:
+            body["message"] = f"{what}: {RECORDED_MESSAGE}"
+        return JSONResponse(body, status_code=202)
 
     @v1.post("/sessions/{session_id}/steer", status_code=202)
     def steer(session_id: str, body: SteerIn) -> JSONResponse:
@@ -230,11 +238,14 @@ def _batch_routes(v1: APIRouter, services: Services) -> None:
     ledger = services.fleet.ledger
 
     @v1.get("/batches")
-    def list_batches() -> dict[str, Any]:
-        """Every batch, newest first, with its session counts."""
+    def list_batches(
+        limit: int | None = Query(None, ge=1, le=10_000, description="At most this many."),
+    ) -> dict[str, Any]:
+        """Every batch (or the newest ``limit``), newest first, with its session counts."""
         from nahida_workers.cli.render import batches_rows
 
-        return {"batches": batches_rows(ledger)}
+        rows = batches_rows(ledger)
+        return {"batches": rows if limit is None else rows[:limit]}
 
     @v1.get("/batches/{batch_id}")
     def get_batch(batch_id: str) -> dict[str, Any]:
@@ -251,17 +262,16 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
     except ValidationError as exc:
         raise UserError(f"invalid job: {validation_summary(exc)}") from None
     spec = job.session_spec()
+    check_inline_scripts(spec)  # before anything reads a script: no file is opened here
+    workspace = allowed_workspace(body.workspace, fleet.settings.api_workspace_root_paths)
     check_spec(spec, fleet.settings)  # tools, provider and script, as `nahida batch` checks
-    workspace = Path(body.workspace)
-    if not workspace.is_absolute() or not workspace.is_dir():
-        raise UserError(f"workspace {body.workspace!r} is not an absolute directory path")
     provider, model = provider_labels(spec)
     delivered = True
     wanted_id = uuid.uuid4().hex  # known before the write, so a broker failure can find it
     try:
         session, created = fleet.dispatcher.submit(
             spec,
-            workspace=str(workspace.resolve()),
+            workspace=str(workspace),
             idempotency_key=body.idempotency_key,
             session_id=wanted_id,
             provider_name=provider,
@@ -283,11 +293,23 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
         if recorded is None:
             raise
         session, created, delivered = recorded, True, False
-    data = {
+    if not created and not same_request(
+        session, spec, str(workspace), inline_max_bytes=fleet.dispatcher.prompt_inline_max_bytes
+    ):
+        return error_body(
+            409,
+            "idempotency_key_reused",
+            f"idempotency_key {body.idempotency_key!r} was used for session "
+            f"{session.session_id} with a different request body; use a new key",
+        )
+    data: dict[str, Any] = {
         "session": session.model_dump(mode="json"),
         "created": created,
+        "recorded": True,
         "delivered": delivered,
     }
+    if not delivered:
+        data["message"] = f"session {session.session_id}: {RECORDED_MESSAGE}"
     status = 202 if not delivered else 201 if created else 200
     return JSONResponse(data, status_code=status)
 

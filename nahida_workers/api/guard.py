@@ -113,6 +113,7 @@ def install_error_handlers(app: FastAPI) -> None:
             405: "method_not_allowed",
             401: "unauthorized",
             413: "body_too_large",
+            422: "invalid_input",
         }.get(exc.status_code, "http_error")
         return error_body(exc.status_code, code, str(exc.detail))
 

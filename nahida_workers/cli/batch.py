@@ -40,7 +40,7 @@ from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
 from nahida_workers.runtime.outage import read_through_outage
 from nahida_workers.runtime.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
@@ -68,21 +68,6 @@ class BatchOptions:
     timeout_s: float
     report: Path | None
     resume: str | None
-
-
-class _Deferred(Exception):
-    """Raised by :class:`_RecordOnly` instead of publishing."""
-
-
-class _RecordOnly:
-    """A TaskQueue that publishes nothing: the outbox row stays pending.
-
-    Used once the broker failed: the rest of the batch is still recorded, and
-    the sweeper (beat) publishes every pending outbox row when it is back.
-    """
-
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        raise _Deferred(session_id)
 
 
 def _validate(spec: SessionSpec, settings: Settings) -> None:
@@ -234,14 +219,14 @@ def _dispatch_all(
             session, created = _read(settings, submit)
             if not created and session.status is not SessionStatus.DONE:
                 dispatcher.redispatch(session.session_id)  # resumed: publish it again
-        except _Deferred:
+        except PublishDeferred:
             deferred += 1
         except Exception as exc:
             if not is_delivery_failure(exc):
                 raise
             # Recorded, not published: the rest is recorded without trying the broker.
             deferred += 1
-            dispatcher = Dispatcher(fleet.ledger, _RecordOnly(), fleet.clock)
+            dispatcher = Dispatcher(fleet.ledger, RecordOnlyQueue(), fleet.clock)
     return deferred
 
 

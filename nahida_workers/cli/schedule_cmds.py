@@ -348,26 +348,52 @@ def trigger(
     Distributed, the fleet's workers run the sessions (``nahida status BATCH_ID``);
     with ``--local`` they run in this process until done (or ``--wait`` seconds).
     """
+    from nahida_workers.cli.exits import is_delivery_failure
+    from nahida_workers.schedules.scheduler import TickReport
+
     settings = _settings(local, db)
     store = _store(settings)
     schedule = _find(store, name)
     scheduler, celery_app = _scheduler(settings)
+    # The broker down after the ledger recorded a session is "recorded, will
+    # be delivered" (exit 4), not a warning and exit 0.
+    scheduler.deferrable = is_delivery_failure
+    report = TickReport()
     if local:
         from nahida_workers.celery import embedded_worker
 
         with embedded_worker(celery_app):
-            fire = scheduler.trigger(schedule.name)
+            fire = scheduler.trigger(schedule.name, report=report)
             if fire.batch_id is not None:
                 _wait_batch(scheduler, fire.batch_id, wait)
     else:
-        fire = scheduler.trigger(schedule.name)
+        fire = scheduler.trigger(schedule.name, report=report)
+    deferred = sum(n for _fire, n in report.deferred)
+    fired = f"schedule {schedule.name} fired at {iso(fire.fire_time)}"
     if as_json:
-        console.print_json(json.dumps(_fire_json(fire)))
-        return
-    console.print(
-        f"schedule {escape(schedule.name)} fired at {iso(fire.fire_time)}: {fire.outcome.value}"
-        + (f"  batch {fire.batch_id}" if fire.batch_id else "")
+        console.print_json(json.dumps({**_fire_json(fire), "undelivered_sessions": deferred}))
+    elif not deferred:
+        batch = f"  batch {fire.batch_id}" if fire.batch_id else ""
+        console.print(f"{fired}: {fire.outcome.value}{batch}", markup=False)
+    if deferred:
+        raise _recorded(fired, fire.batch_id or "", deferred, settings, quiet=as_json)
+
+
+def _recorded(
+    fired: str, batch_id: str, deferred: int, settings: "Settings", *, quiet: bool
+) -> typer.Exit:
+    """The fire's sessions are in the ledger, not on the broker: say so (one line), exit 4."""
+    from nahida_workers.cli.exits import ExitCode, redact_url
+
+    line = (
+        f"{fired}: batch {batch_id}: {deferred} session(s) recorded; will be delivered when "
+        f"the broker is back ({redact_url(settings.broker_url)}, NAHIDA_BROKER_URL, is "
+        "unreachable; celery beat's sweeper publishes them). Do not repeat it: follow it "
+        f"with `nahida status {batch_id}`."
     )
+    # With --json the JSON document is stdout; the sentence goes to stderr.
+    (err if quiet else console).print(line, markup=False, soft_wrap=True)
+    return typer.Exit(ExitCode.RECORDED)
 
 
 def _wait_batch(scheduler: "Scheduler", batch_id: str, timeout_s: float) -> None:

@@ -69,6 +69,7 @@ __all__ = [
     "ScriptedCall",
     "ScriptedProvider",
     "load_script",
+    "reads_a_file",
     "unknown_script_tools",
 ]
 
@@ -130,6 +131,17 @@ class Script(_Model):
         return names
 
 
+#: A ``script`` string with one of these suffixes is read as a file path.
+SCRIPT_FILE_SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+
+
+def reads_a_file(source: object) -> bool:
+    """True when :func:`load_script` would read ``source`` from a file (not inline data)."""
+    if isinstance(source, Path):
+        return True
+    return isinstance(source, str) and Path(source).suffix in SCRIPT_FILE_SUFFIXES
+
+
 def load_script(source: str | Path | Mapping[str, Any]) -> Script:
     """Load a script from a file path, a YAML/JSON text, or a mapping.
 
@@ -140,9 +152,8 @@ def load_script(source: str | Path | Mapping[str, Any]) -> Script:
         if isinstance(source, Mapping):
             data: Any = dict(source)
         else:
-            path = Path(source)
-            if path.suffix in {".yaml", ".yml", ".json"}:
-                data = read_yaml_file(path, what="provider script")
+            if reads_a_file(source):
+                data = read_yaml_file(Path(source), what="provider script")
             else:
                 # Inline text (a job file's or an API request's): the same
                 # alias and size limits as a file, or one request could

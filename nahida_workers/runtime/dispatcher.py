@@ -39,7 +39,14 @@ from nahida_workers.ports import (
 from nahida_workers.runtime.artifacts import needs_artifact, store_user_input
 from nahida_workers.runtime.spec import SessionSpec
 
-__all__ = ["DispatchLedger", "Dispatcher", "new_id", "provider_labels"]
+__all__ = [
+    "DispatchLedger",
+    "Dispatcher",
+    "PublishDeferred",
+    "RecordOnlyQueue",
+    "new_id",
+    "provider_labels",
+]
 
 
 class DispatchLedger(LedgerWriter[TxT], LedgerOutbox[TxT], ArtifactStore, Protocol[TxT]):
@@ -52,6 +59,23 @@ log = logging.getLogger(__name__)
 def new_id() -> str:
     """A random 32-hex id (uuid4)."""
     return uuid.uuid4().hex
+
+
+class PublishDeferred(Exception):
+    """Raised by :class:`RecordOnlyQueue` instead of publishing: the session is recorded."""
+
+
+class RecordOnlyQueue:
+    """A TaskQueue that publishes nothing: the outbox row stays pending.
+
+    Used once the broker failed after a session was recorded: the rest of a
+    batch or a schedule fire is still recorded, and the sweeper (beat)
+    publishes every pending outbox row when the broker is back.
+    """
+
+    def publish_session(self, session_id: str, *, task_id: str) -> None:
+        """Raise :class:`PublishDeferred` (the dispatcher then leaves the row unpublished)."""
+        raise PublishDeferred(session_id)
 
 
 def provider_labels(spec: SessionSpec) -> tuple[str, str]:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +42,8 @@ from nahida_workers.errors import (
     UserError,
 )
 from nahida_workers.ports import Clock, LedgerReader
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.spec import JobSpec
+from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
+from nahida_workers.runtime.spec import JobSpec, SessionSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule
 from nahida_workers.schedules.policy import Plan, plan_tick, plan_trigger, session_key
 from nahida_workers.schedules.store import REMOVED_ERROR, ScheduleStore
@@ -93,6 +93,9 @@ class TickReport:
     failed: list[FireRecord] = field(default_factory=list)
     lost_race: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: Dispatched fires with sessions recorded but not yet published (the
+    #: broker was down; the sweeper publishes them): ``(fire, how many)``.
+    deferred: list[tuple[FireRecord, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able summary: dispatched fires with their batches, counts of the other outcomes."""
@@ -113,6 +116,7 @@ class TickReport:
             "failed": [iso(f.fire_time) for f in self.failed],
             "lost_race": self.lost_race,
             "errors": self.errors,
+            "deferred": {iso(f.fire_time): n for f, n in self.deferred},
         }
 
 
@@ -123,6 +127,12 @@ class Scheduler:
     Attributes:
         cancel_session: stops one session (``Inbox.cancel``), for ``cancel_previous``.
         on_outcome: called once per final outcome this ticker recorded (metrics).
+        deferrable: True for an exception a session's publish raised after the
+            ledger recorded it (the broker down).  When set, such a failure
+            does not stop the fire: its other sessions are recorded without
+            publishing, the fire is ``dispatched`` and the sweeper publishes
+            the pending outbox rows (``nahida schedule trigger`` sets it and
+            exits 4).  Unset, the fire stays ``dispatching`` for a re-drive.
     """
 
     store: ScheduleStore
@@ -132,6 +142,7 @@ class Scheduler:
     cancel_session: Callable[[str], None] | None = None
     who: str = field(default_factory=ticker_name)
     on_outcome: Callable[[str, FireOutcome], None] = count_fire
+    deferrable: Callable[[BaseException], bool] | None = None
 
     # -- the tick ---------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -151,8 +162,11 @@ class Scheduler:
         self._redrive(now, report)
         return report
 
-    def trigger(self, name: str) -> FireRecord:
+    def trigger(self, name: str, *, report: TickReport | None = None) -> FireRecord:
         """Fire ``name`` now (``nahida schedule trigger``), under its overlap policy.
+
+        ``report`` (optional) collects what the fire did: its errors, and in
+        ``deferred`` the sessions recorded while the broker was down.
 
         Returns:
             The manual fire's row after its dispatch (``dispatched``,
@@ -169,7 +183,9 @@ class Scheduler:
             now = self.clock.now()
             active, buffered = self._running(schedule, now)
             plan = plan_trigger(schedule, now=now, active=active, buffered=buffered)
-            written = self._perform(schedule, plan, now, TickReport())
+            written = self._perform(
+                schedule, plan, now, report if report is not None else TickReport()
+            )
             if written is not None:
                 fire_time = plan.decisions[0].fire_time
                 found = self.store.get_fire(schedule.schedule_id, fire_time)
@@ -234,7 +250,7 @@ class Scheduler:
     def _dispatch(self, schedule: Schedule, fire: FireRecord, report: TickReport) -> None:
         sid, at = schedule.schedule_id, self.clock.now()
         try:
-            self.dispatch_fire(schedule, fire)
+            self.dispatch_fire(schedule, fire, report=report)
         except UserError as exc:  # the stored job no longer validates: retrying cannot help
             self._fail(schedule, fire, f"{type(exc).__name__}: {exc}", report)
             return
@@ -254,7 +270,9 @@ class Scheduler:
             self.on_outcome(schedule.name, FireOutcome.FAILED)
             report.failed.append(fire)
 
-    def dispatch_fire(self, schedule: Schedule, fire: FireRecord) -> str:
+    def dispatch_fire(
+        self, schedule: Schedule, fire: FireRecord, *, report: TickReport | None = None
+    ) -> str:
         """Create the fire's batch (once) and one session per repository (once each).
 
         Idempotent: the batch id and every session key derive from the
@@ -263,7 +281,8 @@ class Scheduler:
         which the batch report shows.
 
         Returns:
-            The batch id.
+            The batch id.  Sessions recorded but not published (see
+            ``deferrable``) are added to ``report.deferred``.
 
         Raises:
             ConfigError: the stored job does not validate any more.
@@ -289,13 +308,41 @@ class Scheduler:
                 self.dispatcher.create_batch(job.name, spec, batch_id=batch_id)
             except LedgerIntegrityError:  # a concurrent re-drive created it
                 pass
-        self.dispatcher.submit_all(
+        deferred = self._submit(
             job.session_spec(),
             definition.repos,
-            batch_id=batch_id,
-            key=lambda repo: session_key(schedule.schedule_id, fire.fire_time, repo),
+            batch_id,
+            lambda repo: session_key(schedule.schedule_id, fire.fire_time, repo),
         )
+        if deferred and report is not None:
+            report.deferred.append((fire, deferred))
         return batch_id
+
+    def _submit(
+        self, spec: SessionSpec, repos: Sequence[str], batch_id: str, key: Callable[[str], str]
+    ) -> int:
+        """Record and publish one session per repository; returns how many wait to be published.
+
+        Without ``deferrable`` the first failure propagates (a re-drive
+        finishes the fire).  With it, a publish failure after the record
+        switches to recording the rest without publishing, as ``nahida batch``
+        does.
+        """
+        if self.deferrable is None:
+            self.dispatcher.submit_all(spec, repos, batch_id=batch_id, key=key)
+            return 0
+        dispatcher, deferred = self.dispatcher, 0
+        for repo in repos:
+            try:
+                dispatcher.submit_all(spec, [repo], batch_id=batch_id, key=key)
+            except PublishDeferred:
+                deferred += 1
+            except Exception as exc:
+                if not self.deferrable(exc):
+                    raise
+                deferred += 1
+                dispatcher = replace(self.dispatcher, queue=RecordOnlyQueue())
+        return deferred
 
     def _redrive(self, now: datetime, report: TickReport) -> None:
         stale = self.store.stale_dispatching(older_than=now - timedelta(seconds=REDRIVE_AFTER_S))

@@ -117,7 +117,7 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
                 400,
             ),
             (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 400),
-            (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 400),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 422),
             # an inline script that is an alias bomb: refused, not expanded in the server
             (http.post("/v1/sessions", json={"job": bomb_job, "workspace": str(repo)}), 400),
             (http.post("/v1/sessions", content=big), 413),
@@ -133,12 +133,136 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             (http.get("/v1/nothing-here"), 404),
             (http.delete("/v1/sessions"), 405),
             (http.get("/v1/sessions/ffffffff/events?timeout=-1"), 422),
+            # query parameters: invalid values and undeclared names (were ignored)
+            (http.get("/v1/batches?limit=abc"), 422),
+            (http.get("/v1/batches?limit=0"), 422),
+            (http.get("/v1/batches?limt=5"), 422),
+            (http.get("/v1/sessions/ffffffff?verbose=1"), 422),
+            (http.get("/v1/sessions/ffffffff/events?timeout=5&since=0"), 422),
         ]
         for response, status in cases:
             assert response.status_code == status, (response.request.url, response.text)
             error = response.json()["error"]
             assert error["code"] and error["message"], response.text
+    with server.client() as http:
+        limited = http.get("/v1/batches?limit=1")
+        assert limited.status_code == 200 and limited.json() == {"batches": []}, limited.text
+        unknown = http.get("/v1/batches?limt=5").json()["error"]
+        assert unknown["code"] == "invalid_input" and "limt" in unknown["message"]
+        assert "limit" in unknown["message"], "names what is accepted"
+        invalid = http.get("/v1/batches?limit=abc").json()["error"]["message"]
+        assert invalid.startswith("query.limit"), invalid
     assert "Traceback" not in server.log.read_text()
+
+
+def _scripted(script: object) -> dict[str, object]:
+    return {"kind": "scripted", "script": script}
+
+
+def test_a_provider_script_must_be_inline_never_a_server_path(
+    server: Server, tmp_path: Path
+) -> None:
+    # A script string ending .yaml/.json was read on the server: a file
+    # oracle ("cannot read provider script /x.yaml: No such file").
+    repo = make_repo(tmp_path / "repo")
+    real = tmp_path / "script.yaml"
+    real.write_text("turns:\n  - text: hi\n", encoding="utf-8")
+    profile = {"provider": _scripted(str(real)), "tools": ["Read"]}
+    jobs = {
+        "job.provider.script": {**JOB, "provider": _scripted(str(real))},
+        "job.provider.fallbacks.0.script": {
+            **JOB,
+            "provider": {**JOB["provider"], "fallbacks": [_scripted("/nope/missing.json")]},
+        },
+        "job.agents.helper.provider.script": {**JOB, "agents": {"helper": profile}},
+    }
+    with server.client() as http:
+        messages = []
+        for field, job in jobs.items():
+            response = http.post("/v1/sessions", json={"job": job, "workspace": str(repo)})
+            assert response.status_code == 422, (field, response.text)
+            error = response.json()["error"]
+            assert error["code"] == "invalid_input" and error["message"].startswith(field)
+            messages.append(error["message"].removeprefix(field))
+        missing = http.post(
+            "/v1/sessions",
+            json={
+                "job": {**JOB, "provider": _scripted("/nope/missing.yaml")},
+                "workspace": str(repo),
+            },
+        )
+        assert missing.status_code == 422 and missing.json()["error"]["message"].endswith(
+            messages[0]
+        ), "the same answer whether the file exists or not"
+        assert len(set(messages)) == 1
+        inline = http.post(
+            "/v1/sessions",
+            json={
+                "job": {**JOB, "provider": _scripted("turns:\n  - text: hi\n")},
+                "workspace": str(repo),
+            },
+        )
+        assert inline.status_code in (201, 202), inline.text  # YAML text is inline data
+
+
+def test_workspace_roots_bound_what_a_posted_workspace_may_be(
+    fleet: Fleet, pg: object, tmp_path: Path
+) -> None:
+    allowed = tmp_path / "allowed"
+    inside = make_repo(allowed / "repo")
+    outside = make_repo(tmp_path / "outside")
+    (allowed / "link").symlink_to(outside)
+    roots = f"{allowed}:/nonexistent-root"
+    guarded = start_server(fleet, tmp_path, NAHIDA_API_WORKSPACE_ROOTS=roots)
+    try:
+        with guarded.client() as http:
+            answers = {}
+            for name, path in {
+                "outside": outside,
+                "missing": tmp_path / "no-such-dir",
+                "link": allowed / "link",
+                "dotdot": allowed / ".." / "outside",
+                "etc": Path("/etc"),
+            }.items():
+                response = http.post("/v1/sessions", json={"job": JOB, "workspace": str(path)})
+                assert response.status_code == 422, (name, response.text)
+                message = response.json()["error"]["message"]
+                assert message.startswith("workspace:") and "NAHIDA_API_WORKSPACE_ROOTS" in message
+                answers[name] = message.replace(str(path), "P")
+            assert len(set(answers.values())) == 1, answers  # no existence oracle
+            ok = http.post("/v1/sessions", json={"job": JOB, "workspace": str(inside)})
+            assert ok.status_code in (201, 202), ok.text
+    finally:
+        guarded.stop()
+    bad = nahida(["status"], cwd=tmp_path, env=clean_env(NAHIDA_API_WORKSPACE_ROOTS="rel/dir"))
+    assert bad.code == 2 and "NAHIDA_API_WORKSPACE_ROOTS" in bad.one_error_line()
+
+
+def test_an_idempotency_key_reused_with_a_different_body_is_409(
+    server: Server, tmp_path: Path
+) -> None:
+    # It silently returned the first session (200), as if the new body had run.
+    repo, other = make_repo(tmp_path / "repo"), make_repo(tmp_path / "other")
+    big = "x" * (100 * 1024)  # stored as a prompt artifact: compared by its sha256
+    with server.client() as http:
+        for key, job in (("k-small", JOB), ("k-big", {**JOB, "prompt": big})):
+            body = {"job": job, "workspace": str(repo), "idempotency_key": key}
+            first = http.post("/v1/sessions", json=body)
+            assert first.status_code == 201, first.text
+            session_id = first.json()["session"]["session_id"]
+            # the same body, keys in another order: the same request
+            again = http.post("/v1/sessions", json=dict(reversed(list(body.items()))))
+            assert again.status_code == 200, again.text
+            assert again.json()["session"]["session_id"] == session_id
+            for changed in (
+                {**body, "job": {**job, "prompt": job["prompt"] + "!"}},
+                {**body, "job": {**job, "tools": ["Glob", "Read", "Grep"]}},
+                {**body, "workspace": str(other)},
+            ):
+                conflict = http.post("/v1/sessions", json=changed)
+                assert conflict.status_code == 409, conflict.text
+                error = conflict.json()["error"]
+                assert error["code"] == "idempotency_key_reused" and session_id in error["message"]
 
 
 def test_a_token_is_required_when_set_and_no_token_means_loopback_only(
@@ -172,7 +296,13 @@ def test_with_the_broker_down_requests_are_recorded_and_say_so(
             assert body["delivered"] is False and body["session"]["status"] == "queued"
             session_id = body["session"]["session_id"]
             assert http.get(f"/v1/sessions/{session_id}").status_code == 200
+            assert body["recorded"] is True and "queued for delivery" in body["message"]
             steered = http.post(f"/v1/sessions/{session_id}/steer", json={"text": "more"})
             assert steered.status_code == 202 and steered.json()["delivered"] is False
+            assert "recorded; queued for delivery" in steered.json()["message"]
+            cancelled = http.post(f"/v1/sessions/{session_id}/cancel")
+            assert cancelled.status_code == 202, cancelled.text
+            assert cancelled.json()["recorded"] is True and cancelled.json()["delivered"] is False
+            assert "recorded; queued for delivery" in cancelled.json()["message"]
     finally:
         down.stop()

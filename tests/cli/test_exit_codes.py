@@ -130,6 +130,11 @@ def test_postgres_scheme_is_accepted_and_a_malformed_url_is_a_setting_error(
     [
         ("mysql://u@127.0.0.1/db", "unsupported scheme 'mysql'"),
         ("postgresql://u:pw@127.0.0.1:notaport/db", "notaport"),
+        # no database name: libpq's defaults (the OS user's database) were used
+        ("postgresql+psycopg://", "no database name"),
+        ("postgresql+psycopg://u:pw@127.0.0.1:5432", "no database name"),
+        ("postgres://u:pw@127.0.0.1:5432/", "no database name"),
+        ("sqlite://", "no database name"),
     ],
 )
 def test_an_unusable_database_url_is_a_setting_error_for_every_command(
@@ -224,6 +229,43 @@ def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
     assert "Traceback" not in done.output
     assert len(postgres_ledger.sessions()) == 3
     assert len(postgres_ledger.pending_outbox()) == 3
+
+
+def test_a_schedule_trigger_with_the_broker_down_says_recorded_and_exits_4(
+    tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
+) -> None:
+    # It printed "dispatching  batch X", a WARNING log line, and exited 0.
+    truncate(postgres_ledger.engine)
+    repos = [make_repo(tmp_path / f"r{i}") for i in range(2)]
+    env = _broker_down_env(postgres_url, redis_server)
+    repo_args = [arg for repo in repos for arg in ("--repo", str(repo))]
+    added = nahida(
+        ["schedule", "add", "nightly", "--job", str(SURVEY), "--every", "1h", *repo_args],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert added.code == 0, added.output
+    done = nahida(["schedule", "trigger", "nightly"], cwd=tmp_path, env=env)
+    assert done.code == 4, done.output
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one sentence, never wrapped
+    assert "recorded; will be delivered when the broker is back" in lines[0]
+    assert "Do not repeat it" in lines[0] and "NAHIDA_BROKER_URL" in lines[0]
+    assert "Traceback" not in done.output and "WARNING" not in done.stderr, done.output
+    assert len(postgres_ledger.sessions()) == 2
+    assert len(postgres_ledger.pending_outbox()) == 2
+    again = nahida(["schedule", "trigger", "nightly"], cwd=tmp_path, env=env)
+    assert again.code == 0 and "skipped_overlap" in again.stdout, again.output  # not re-sent
+    added = nahida(
+        ["schedule", "add", "hourly", "--job", str(SURVEY), "--every", "1h", *repo_args],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert added.code == 0, added.output
+    as_json = nahida(["schedule", "trigger", "hourly", "--json"], cwd=tmp_path, env=env)
+    assert as_json.code == 4, as_json.output
+    assert '"undelivered_sessions": 2' in as_json.stdout
+    assert "recorded; will be delivered" in as_json.one_error_line()
 
 
 def test_watch_that_times_out_says_so_in_one_line_and_exits_1(

@@ -54,3 +54,31 @@ def test_visibility_timeout_must_exceed_the_lease_ttl() -> None:
 def test_lease_key_is_the_design_key_with_the_prefix() -> None:
     settings = Settings(redis_key_prefix="p:", _env_file=None)  # type: ignore[call-arg]
     assert settings.lease_key("abc") == "p:lease:session:abc"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://",
+        "postgresql+psycopg://postgres@127.0.0.1:5432",
+        "postgresql://postgres@127.0.0.1/",
+        "sqlite://",
+    ],
+)
+def test_a_database_url_without_a_database_name_is_refused(url: str) -> None:
+    # libpq fell back to the OS user's database: `migrate` created the ledger there.
+    with pytest.raises(ValidationError, match="no database name"):
+        Settings(database_url=url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg:///nahida",  # a Unix socket, database named
+        "postgresql+psycopg://postgres@127.0.0.1:5432/nahida",
+        "postgresql+psycopg://postgres@/?dbname=nahida&host=/run/postgresql",
+        "sqlite:///var/nahida.sqlite3",
+    ],
+)
+def test_a_database_url_with_a_database_name_is_accepted(url: str) -> None:
+    assert Settings(database_url=url).database_url == url
