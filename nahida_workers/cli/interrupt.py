@@ -2,64 +2,47 @@
 
 The first Ctrl-C fences the sessions still in flight in the embedded mode
 (their fencing epoch is bumped, DESIGN.md section 4: the worker threads
-cannot write one more row), kills the process group of every child this
-process started (Bash tool commands run in their own group,
-``start_new_session``), counts the finished sessions, prints how to resume and exits 130 -- the
-embedded mode with ``os._exit`` instead of waiting for worker threads.  The
-in-flight sessions stay ``running`` in the ledger with no owner: ``--resume``
-dispatches them again and recovery settles their open tool calls
-(``interrupted, outcome unknown`` unless a receipt says otherwise).  A second
-Ctrl-C meanwhile kills the child groups and exits at once.
+cannot write one more row), closes the spawn gate and kills every process
+this one started (:mod:`nahida_workers.tools.children`: Bash commands by
+group and pid, whatever instant the signal lands), counts the finished
+sessions, prints how to resume and exits 130 -- the embedded mode with
+``os._exit`` instead of waiting for worker threads.  The in-flight sessions
+stay ``running`` in the ledger with no owner: ``--resume`` dispatches them
+again and recovery settles their open tool calls (``interrupted, outcome
+unknown`` unless a receipt says otherwise).  A second Ctrl-C meanwhile kills
+the children and exits at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from nahida_workers.cli.exits import ExitCode
 from nahida_workers.core.events import SessionStatus
+from nahida_workers.tools.children import PROCESSES
 
-__all__ = ["child_process_groups", "kill_child_groups", "run_interruptible", "stop_in_flight"]
-
-
-def child_process_groups() -> set[int]:
-    """Process groups of this process's children other than our own group (Linux /proc)."""
-    me, own_group = os.getpid(), os.getpgrp()
-    groups: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[1]) == me and int(fields[2]) != own_group:
-            groups.add(int(fields[2]))
-    return groups
+__all__ = ["kill_children", "run_interruptible", "stop_in_flight"]
 
 
-def kill_child_groups() -> int:
-    """SIGKILL every child process group (see :func:`child_process_groups`); returns how many."""
-    killed = 0
-    for group in child_process_groups():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
-            killed += 1
-    return killed
+def kill_children() -> int:
+    """Stop every process this CLI started, for good; returns how many kills landed.
+
+    Closes the spawn gate of :data:`~nahida_workers.tools.children.PROCESSES`
+    (no Bash command starts after this), kills the registered Bash commands by
+    process group and by pid, and every other descendant of this process by
+    pid, re-scanning /proc until none is alive (about 1.5 s at most).
+    """
+    return PROCESSES.stop_all(everything=True)
 
 
 def _exit_now() -> None:
-    kill_child_groups()
+    kill_children()
     sys.stderr.write("interrupted again: exiting now\n")
     sys.stderr.flush()
     os._exit(ExitCode.INTERRUPTED)
@@ -83,7 +66,7 @@ class _Presses:
 
 
 def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
-    """Fence the batch's running sessions (if ``fence``), then kill every child process group.
+    """Fence the batch's running sessions (if ``fence``), then :func:`kill_children`.
 
     Fencing first: a worker thread whose Bash command is killed can then not
     record the kill as the command's result -- recovery settles the call on
@@ -96,7 +79,7 @@ def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
     if fence:
         for session in in_flight:
             ledger.bump_epoch(session.session_id, at=now)
-    kill_child_groups()
+    kill_children()
     return list(in_flight)
 
 

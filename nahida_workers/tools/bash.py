@@ -21,6 +21,7 @@ from typing import Any
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.errors import ConfigError, ToolError
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.children import PROCESSES, ChildProcesses
 from nahida_workers.tools.workspace import BoundedCapture
 
 __all__ = ["Bash"]
@@ -102,6 +103,7 @@ class Bash(Tool):
         kill_grace_s: float = DEFAULT_KILL_GRACE_S,
         path: str | None = None,
         home: str | None = None,
+        processes: ChildProcesses | None = None,
     ) -> None:
         """Configure the tool.
 
@@ -112,6 +114,8 @@ class Bash(Tool):
             kill_grace_s: seconds between SIGTERM and SIGKILL.
             path: PATH for commands; default the worker's PATH at construction.
             home: HOME for commands; default the worker user's home.
+            processes: the registry commands start through (its gate refuses
+                new commands once a Ctrl-C began); default the process-wide one.
 
         Raises:
             ConfigError: a non-positive timeout or capture size.
@@ -123,6 +127,7 @@ class Bash(Tool):
         self.kill_grace_s = kill_grace_s
         self._path = path if path is not None else os.environ.get("PATH", os.defpath)
         self._home = home if home is not None else os.path.expanduser("~")
+        self._processes = processes if processes is not None else PROCESSES
         self.spec = ToolSpec(
             name="Bash",
             description=(
@@ -165,7 +170,9 @@ class Bash(Tool):
         """Run the command; see the class docstring for arguments and evidence.
 
         Raises:
-            ToolError: code ``workspace_missing`` when the workspace is not a directory.
+            ToolError: code ``workspace_missing`` when the workspace is not a
+                directory; code ``stopping`` once the process is stopping (see
+                :mod:`nahida_workers.tools.children`).
         """
         command = str(arguments["command"])
         timeout = min(float(arguments.get("timeout", self.timeout_s)), self.timeout_s)
@@ -176,14 +183,13 @@ class Bash(Tool):
         out, err = BoundedCapture(self.max_capture_bytes), BoundedCapture(self.max_capture_bytes)
         stop = threading.Event()
         started = time.monotonic()
-        proc = subprocess.Popen(
+        proc = self._processes.spawn(  # a new session: its own process group
             ["/bin/bash", "-c", command],
             cwd=ctx.workspace,
             env=self.environment(ctx),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
             close_fds=True,
         )
         assert proc.stdout is not None and proc.stderr is not None
@@ -204,6 +210,7 @@ class Bash(Tool):
             # call.  The unreaped shell still holds the group id here.
             _killpg(proc.pid, signal.SIGKILL)
             returncode = proc.wait()
+            self._processes.forget(proc.pid)
             for reader in readers:
                 reader.join(_DRAIN_S)
             stop.set()

@@ -6,6 +6,7 @@ would, Bash children found through /proc.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,6 +39,21 @@ def _marked_processes(marker: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def _marked_shells(marker: str) -> set[int]:
+    """The Bash commands of this test running now: marked group leaders.
+
+    Each command runs in its own session (pid == process group id); a fork of
+    the shell (``$(seq 600)``, a ``sleep`` before its exec) shares the command
+    line for a moment but not the leadership, so it is not counted twice.
+    """
+    leaders = set()
+    for pid in _marked_processes(marker):
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(pid) == pid:
+                leaders.add(pid)
+    return leaders
 
 
 def _slow_job(tmp_path: Path, marker: str, stop_file: Path, *, name: str = "slow") -> Path:
@@ -75,7 +91,7 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
         args += ["--repo", str(repo)]
     proc = _start(args, tmp_path)
     try:
-        wait_for(lambda: len(_marked_processes(marker)) >= 2, timeout=60, what="two Bash sleeps")
+        wait_for(lambda: len(_marked_shells(marker)) >= 2, timeout=60, what="two Bash commands")
         for _ in range(presses):
             proc.send_signal(signal.SIGINT)
         # The sleeps last 60 s: an exit well before that means nothing waited for them.
