@@ -3,7 +3,7 @@
 The first Ctrl-C fences the sessions still in flight in the embedded mode
 (their fencing epoch is bumped, DESIGN.md section 4: the worker threads
 cannot write one more row), closes the spawn gate and kills every process
-this one started (:mod:`nahida_workers.tools.children`: Bash commands by
+this one started (:mod:`nahida_workers.tools.processes`: Bash commands by
 group and pid, whatever instant the signal lands), counts the finished
 sessions, prints how to resume and exits 130 -- the embedded mode with
 ``os._exit`` instead of waiting for worker threads.  The in-flight sessions
@@ -25,7 +25,7 @@ from rich.console import Console
 
 from nahida_workers.cli.exits import ExitCode
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.tools.children import PROCESSES
+from nahida_workers.tools.processes import PROCESSES
 
 __all__ = ["kill_children", "run_interruptible", "stop_in_flight"]
 
@@ -33,7 +33,7 @@ __all__ = ["kill_children", "run_interruptible", "stop_in_flight"]
 def kill_children() -> int:
     """Stop every process this CLI started, for good; returns how many kills landed.
 
-    Closes the spawn gate of :data:`~nahida_workers.tools.children.PROCESSES`
+    Closes the spawn gate of :data:`~nahida_workers.tools.processes.PROCESSES`
     (no Bash command starts after this), kills the registered Bash commands by
     process group and by pid, and every other descendant of this process by
     pid, re-scanning /proc until none is alive (about 1.5 s at most).

@@ -21,7 +21,7 @@ from typing import Any
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.errors import ConfigError, ToolError
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
-from nahida_workers.tools.children import PROCESSES, ChildProcesses
+from nahida_workers.tools.processes import PROCESSES, ChildProcesses
 from nahida_workers.tools.workspace import BoundedCapture
 
 __all__ = ["Bash"]
@@ -172,7 +172,7 @@ class Bash(Tool):
         Raises:
             ToolError: code ``workspace_missing`` when the workspace is not a
                 directory; code ``stopping`` once the process is stopping (see
-                :mod:`nahida_workers.tools.children`).
+                :mod:`nahida_workers.tools.processes`).
         """
         command = str(arguments["command"])
         timeout = min(float(arguments.get("timeout", self.timeout_s)), self.timeout_s)

@@ -23,7 +23,7 @@ from nahida_workers.errors import ToolError
 from nahida_workers.testing.fleet import wait_for
 from nahida_workers.tools.base import ToolContext
 from nahida_workers.tools.bash import Bash
-from nahida_workers.tools.children import STOPPING_CODE, ChildProcesses
+from nahida_workers.tools.processes import STOPPING_CODE, ChildProcesses
 
 Popen = Callable[..., subprocess.Popen[bytes]]
 
@@ -156,7 +156,7 @@ def test_the_cli_kill_closes_the_gate_of_the_process_and_kills_everything(
         from nahida_workers.errors import ToolError
         from nahida_workers.tools.base import ToolContext
         from nahida_workers.tools.bash import Bash
-        from nahida_workers.tools.children import PROCESSES
+        from nahida_workers.tools.processes import PROCESSES
 
         other = subprocess.Popen(["/bin/sh", "-c", "sleep 300 # {marker}"])
         def popen(*args, **kwargs):
