@@ -16,6 +16,8 @@ __all__ = [
     "DEFAULT_LEDGER_OUTAGE_S",
     "DEFAULT_LEDGER_SEAL_OUTAGE_S",
     "DEFAULT_POISON_AFTER_CRASHES",
+    "DEFAULT_PROVIDER_API_KEY_ENV",
+    "DEFAULT_PROVIDER_BASE_URLS",
     "EPOCH_CHECK_RETRY_S",
     "EVENT_STREAM_KEY_TEMPLATE",
     "LEASE_KEY_TEMPLATE",
@@ -66,3 +68,12 @@ DEFAULT_POISON_AFTER_CRASHES = 3
 CANCEL_POLL_S = 1.0
 #: Seconds a tool worker retries its epoch check through a ledger outage.
 EPOCH_CHECK_RETRY_S = 3.0
+
+# -- providers (providers/config.py; the API job policy's defaults, settings.py)
+#: The environment variable an HTTP provider's key is read from unless a job names another.
+DEFAULT_PROVIDER_API_KEY_ENV = "NAHIDA_PROVIDER_API_KEY"
+#: The API root of each HTTP provider kind when a job names none.
+DEFAULT_PROVIDER_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}

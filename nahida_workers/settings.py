@@ -29,6 +29,8 @@ from nahida_workers.constants import (
     DEFAULT_LEDGER_OUTAGE_S,
     DEFAULT_LEDGER_SEAL_OUTAGE_S,
     DEFAULT_POISON_AFTER_CRASHES,
+    DEFAULT_PROVIDER_API_KEY_ENV,
+    DEFAULT_PROVIDER_BASE_URLS,
     LEASE_KEY_TEMPLATE,
     SESSIONS_QUEUE,
     TOOLS_QUEUE,
@@ -176,6 +178,13 @@ class Settings(BaseSettings):
     # Directories (absolute, ``:``-separated) a workspace posted to ``nahida
     # serve`` must be inside; empty = any existing absolute directory.
     api_workspace_roots: str = ""
+    # The API job policy (README "HTTP API"; nahida_workers/api/policy.py),
+    # each a ``,``-separated list; the CLI is not bound by it.  A job posted
+    # to ``nahida serve`` may name only these stop hooks (``module:function``;
+    # empty = none), these provider key variables and these provider API roots.
+    api_allowed_stop_hooks: str = ""
+    api_allowed_key_envs: str = DEFAULT_PROVIDER_API_KEY_ENV
+    api_allowed_base_urls: str = ",".join(DEFAULT_PROVIDER_BASE_URLS.values())
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)
@@ -254,6 +263,20 @@ class Settings(BaseSettings):
     def api_workspace_root_paths(self) -> tuple[Path, ...]:
         """``api_workspace_roots`` as resolved paths (empty: no restriction)."""
         return tuple(Path(r).resolve() for r in self.api_workspace_roots.split(":") if r)
+
+    @property
+    def api_job_policy(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """``(stop hooks, key variables, base URLs)`` a job posted over the API may name.
+
+        Each from its ``,``-separated setting, blanks dropped; base URLs
+        without a trailing ``/`` (as the HTTP providers use them).
+        """
+
+        def items(value: str) -> frozenset[str]:
+            return frozenset(v.strip() for v in value.split(",") if v.strip())
+
+        urls = frozenset(u.rstrip("/") for u in items(self.api_allowed_base_urls))
+        return items(self.api_allowed_stop_hooks), items(self.api_allowed_key_envs), urls
 
     @property
     def lease_ttl_ms(self) -> int:

@@ -30,6 +30,7 @@ from nahida_workers.api.guard import (
 )
 from nahida_workers.api.idempotency import same_request
 from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts, known_query_only
+from nahida_workers.api.policy import check_job_policy
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
@@ -263,6 +264,7 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
         raise UserError(f"invalid job: {validation_summary(exc)}") from None
     spec = job.session_spec()
     check_inline_scripts(spec)  # before anything reads a script: no file is opened here
+    check_job_policy(spec, fleet.settings)  # stop hooks, key variables, base URLs
     workspace = allowed_workspace(body.workspace, fleet.settings.api_workspace_root_paths)
     check_spec(spec, fleet.settings)  # tools, provider and script, as `nahida batch` checks
     provider, model = provider_labels(spec)

@@ -27,7 +27,7 @@ from nahida_workers.runtime.spec import SessionSpec
 __all__ = ["allowed_workspace", "check_inline_scripts", "known_query_only"]
 
 
-def _providers(spec: SessionSpec) -> Iterator[tuple[str, Any]]:
+def provider_mappings(spec: SessionSpec) -> Iterator[tuple[str, Any]]:
     """``(field path, provider mapping)`` for the job's provider, its fallbacks, its agents'."""
     todo: list[tuple[str, Any]] = [("job.provider", spec.provider)]
     todo += [(f"job.agents.{name}.provider", p.provider) for name, p in spec.agents.items()]
@@ -47,7 +47,7 @@ def check_inline_scripts(spec: SessionSpec) -> None:
     Raises:
         HTTPException: 422 naming the field, e.g. ``job.provider.script``.
     """
-    for where, provider in _providers(spec):
+    for where, provider in provider_mappings(spec):
         script = provider.get("script")
         if script is not None and reads_a_file(script):
             raise HTTPException(

@@ -348,7 +348,6 @@ def trigger(
     Distributed, the fleet's workers run the sessions (``nahida status BATCH_ID``);
     with ``--local`` they run in this process until done (or ``--wait`` seconds).
     """
-    from nahida_workers.cli.exits import is_delivery_failure
     from nahida_workers.schedules.scheduler import TickReport
 
     settings = _settings(local, db)
@@ -356,8 +355,7 @@ def trigger(
     schedule = _find(store, name)
     scheduler, celery_app = _scheduler(settings)
     # The broker down after the ledger recorded a session is "recorded, will
-    # be delivered" (exit 4), not a warning and exit 0.
-    scheduler.deferrable = is_delivery_failure
+    # be delivered" (exit 4, from report.deferred), not a warning and exit 0.
     report = TickReport()
     if local:
         from nahida_workers.celery import embedded_worker

@@ -12,15 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nahida_workers.constants import DEFAULT_PROVIDER_API_KEY_ENV, DEFAULT_PROVIDER_BASE_URLS
 from nahida_workers.core.messages import ToolChoice
 
 __all__ = ["DEFAULT_API_KEY_ENV", "DEFAULT_BASE_URLS", "ProviderConfig"]
 
-DEFAULT_API_KEY_ENV = "NAHIDA_PROVIDER_API_KEY"
-DEFAULT_BASE_URLS: dict[str, str] = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-}
+DEFAULT_API_KEY_ENV = DEFAULT_PROVIDER_API_KEY_ENV
+DEFAULT_BASE_URLS: dict[str, str] = DEFAULT_PROVIDER_BASE_URLS
 
 
 class ProviderConfig(BaseModel):

@@ -127,12 +127,15 @@ class Scheduler:
     Attributes:
         cancel_session: stops one session (``Inbox.cancel``), for ``cancel_previous``.
         on_outcome: called once per final outcome this ticker recorded (metrics).
-        deferrable: True for an exception a session's publish raised after the
-            ledger recorded it (the broker down).  When set, such a failure
-            does not stop the fire: its other sessions are recorded without
-            publishing, the fire is ``dispatched`` and the sweeper publishes
-            the pending outbox rows (``nahida schedule trigger`` sets it and
-            exits 4).  Unset, the fire stays ``dispatching`` for a re-drive.
+
+    A session whose publish fails after the ledger recorded it (the broker
+    down) does not stop its fire, for a tick as for ``nahida schedule
+    trigger`` (which exits 4): the fire's other sessions are recorded without
+    publishing (:class:`RecordOnlyQueue`), the fire is ``dispatched`` with
+    ``detail.undelivered`` and the sweeper publishes the pending outbox rows
+    when the broker is back (DESIGN.md section 1), however long it is down.
+    Only a failure before the record (the ledger down) leaves the fire
+    ``dispatching`` for a re-drive.
     """
 
     store: ScheduleStore
@@ -142,7 +145,6 @@ class Scheduler:
     cancel_session: Callable[[str], None] | None = None
     who: str = field(default_factory=ticker_name)
     on_outcome: Callable[[str, FireOutcome], None] = count_fire
-    deferrable: Callable[[BaseException], bool] | None = None
 
     # -- the tick ---------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -249,6 +251,7 @@ class Scheduler:
 
     def _dispatch(self, schedule: Schedule, fire: FireRecord, report: TickReport) -> None:
         sid, at = schedule.schedule_id, self.clock.now()
+        before = len(report.deferred)
         try:
             self.dispatch_fire(schedule, fire, report=report)
         except UserError as exc:  # the stored job no longer validates: retrying cannot help
@@ -261,7 +264,8 @@ class Scheduler:
             if fire.attempts >= MAX_DISPATCH_ATTEMPTS:
                 self._fail(schedule, fire, message[:500], report)
             return
-        if self.store.mark_dispatched(sid, fire.fire_time, at=at):
+        undelivered = sum(n for _fire, n in report.deferred[before:])
+        if self.store.mark_dispatched(sid, fire.fire_time, at=at, undelivered=undelivered):
             self.on_outcome(schedule.name, FireOutcome.DISPATCHED)
             report.dispatched.append(fire)
 
@@ -281,8 +285,8 @@ class Scheduler:
         which the batch report shows.
 
         Returns:
-            The batch id.  Sessions recorded but not published (see
-            ``deferrable``) are added to ``report.deferred``.
+            The batch id.  Sessions recorded but not published (the broker
+            down, see the class doc) are added to ``report.deferred``.
 
         Raises:
             ConfigError: the stored job does not validate any more.
@@ -323,14 +327,11 @@ class Scheduler:
     ) -> int:
         """Record and publish one session per repository; returns how many wait to be published.
 
-        Without ``deferrable`` the first failure propagates (a re-drive
-        finishes the fire).  With it, a publish failure after the record
-        switches to recording the rest without publishing, as ``nahida batch``
-        does.
+        A failure after the ledger recorded the session (the broker down)
+        switches to recording the rest without publishing, as ``nahida
+        batch`` does; any other failure propagates (a re-drive finishes the
+        fire).
         """
-        if self.deferrable is None:
-            self.dispatcher.submit_all(spec, repos, batch_id=batch_id, key=key)
-            return 0
         dispatcher, deferred = self.dispatcher, 0
         for repo in repos:
             try:
@@ -338,11 +339,23 @@ class Scheduler:
             except PublishDeferred:
                 deferred += 1
             except Exception as exc:
-                if not self.deferrable(exc):
+                if not self._recorded(batch_id, key(repo)):
                     raise
+                log.info(  # not a warning: nothing is lost (the CLI says so in one line)
+                    "batch %s: session %s recorded, not published (%s: %s); the rest of the "
+                    "fire is recorded and the sweeper publishes it when the broker is back",
+                    batch_id,
+                    key(repo),
+                    type(exc).__name__,
+                    exc,
+                )
                 deferred += 1
                 dispatcher = replace(self.dispatcher, queue=RecordOnlyQueue())
         return deferred
+
+    def _recorded(self, batch_id: str, key: str) -> bool:
+        """Whether the ledger holds the session ``key`` of ``batch_id`` (raises if it is down)."""
+        return any(s.idempotency_key == key for s in self.ledger.sessions(batch_id=batch_id))
 
     def _redrive(self, now: datetime, report: TickReport) -> None:
         stale = self.store.stale_dispatching(older_than=now - timedelta(seconds=REDRIVE_AFTER_S))

@@ -383,8 +383,16 @@ class SqlScheduleStore:
             )
         return bool(done.rowcount == 1)
 
-    def mark_dispatched(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:
+    def mark_dispatched(
+        self, schedule_id: str, fire_time: datetime, *, at: datetime, undelivered: int = 0
+    ) -> bool:
         """See :meth:`ScheduleStore.mark_dispatched`."""
+        detail: dict[str, Any] = {}
+        if undelivered:
+            current = self.get_fire(schedule_id, fire_time)
+            if current is None:
+                return False
+            detail = {"detail_json": {**current.detail, "undelivered": undelivered}}
         return self._update_fire(
             schedule_id,
             fire_time,
@@ -392,6 +400,7 @@ class SqlScheduleStore:
             outcome=FireOutcome.DISPATCHED.value,
             dispatched_at=_u(at),
             updated_at=_u(at),
+            **detail,
         )
 
     def mark_finished(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:

@@ -119,8 +119,14 @@ class ScheduleStore(Protocol):
         """One fire row."""
         ...
 
-    def mark_dispatched(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:
-        """``dispatching`` -> ``dispatched``; False if it was not dispatching."""
+    def mark_dispatched(
+        self, schedule_id: str, fire_time: datetime, *, at: datetime, undelivered: int = 0
+    ) -> bool:
+        """``dispatching`` -> ``dispatched``; False if it was not dispatching.
+
+        ``undelivered`` > 0 (sessions recorded while the broker was down, which
+        the sweeper publishes) is kept as ``detail.undelivered``.
+        """
         ...
 
     def mark_finished(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:
@@ -352,7 +358,9 @@ class MemoryScheduleStore:
             self._fires[key] = row.model_copy(update=changes)
             return True
 
-    def mark_dispatched(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:
+    def mark_dispatched(
+        self, schedule_id: str, fire_time: datetime, *, at: datetime, undelivered: int = 0
+    ) -> bool:
         """See :meth:`ScheduleStore.mark_dispatched`."""
         return self._update_fire(
             schedule_id,
@@ -361,6 +369,7 @@ class MemoryScheduleStore:
             outcome=FireOutcome.DISPATCHED,
             dispatched_at=at,
             updated_at=at,
+            detail={"undelivered": undelivered} if undelivered else {},
         )
 
     def mark_finished(self, schedule_id: str, fire_time: datetime, *, at: datetime) -> bool:

@@ -179,6 +179,7 @@ def test_fire_transitions_are_conditional(store: ScheduleStore) -> None:
     assert (
         fire is not None and fire.outcome is FireOutcome.DISPATCHED and fire.dispatched_at == at(12)
     )
+    assert "undelivered" not in fire.detail  # every session was sent
     schedule = store.get("nightly")
     assert schedule is not None
     second = plan_tick(schedule, now=at(21), active=[t10])
@@ -200,6 +201,20 @@ def test_fire_transitions_are_conditional(store: ScheduleStore) -> None:
     ]
     assert written[0].attempts == 1
     assert [f.fire_time for f in store.open_fires("s")] == [t20]
+
+
+def test_a_fire_dispatched_with_undelivered_sessions_says_how_many(store: ScheduleStore) -> None:
+    """The broker was down: the sessions are recorded, the sweeper publishes them."""
+    schedule, _ = store.put(definition(), schedule_id="s", at=T0)
+    plan = plan_tick(schedule, now=at(11))
+    store.commit_plan("s", version=0, plan=plan, at=at(11), by="a")
+    t10 = plan.decisions[0].fire_time
+    assert store.mark_dispatched("s", t10, at=at(12), undelivered=3)
+    assert not store.mark_dispatched("s", t10, at=at(13), undelivered=5)
+    fire = store.get_fire("s", t10)
+    assert fire is not None and fire.outcome is FireOutcome.DISPATCHED
+    assert fire.detail["undelivered"] == 3 and "late_s" in fire.detail
+    assert fire.dispatched_at == at(12)
 
 
 def test_redrive_claims_are_exclusive_and_fail_is_final(store: ScheduleStore) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
 from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 
@@ -36,6 +36,26 @@ def test_a_lost_broker_gets_every_ownerless_session_dispatched_again() -> None:
     assert report.broker_reset and report.redispatched == (queued.session_id,)
     assert len(queue.published) == published + 1
     assert sweeper.sweep().redispatched == ()  # a queued session is trusted to the broker a while
+
+
+def test_a_sweep_publishes_the_sessions_recorded_while_the_broker_was_down() -> None:
+    """Batches and schedule fires record the rest with RecordOnlyQueue; the sweep sends them."""
+    runner, dispatcher, queue = _world()
+    recorder = Dispatcher(runner.ledger, RecordOnlyQueue(), runner.clock)  # type: ignore[attr-defined]
+    recorded = []
+    for workspace in ("/a", "/b"):
+        try:
+            recorder.submit(SPEC, workspace=workspace)
+        except PublishDeferred as deferred:
+            recorded.append(str(deferred))
+    assert len(recorded) == 2 and queue.published == []
+    sweeper = Sweeper(runner.ledger, runner.leases, dispatcher, runner.clock)  # type: ignore[attr-defined]
+    queue.fail = True
+    assert sweeper.sweep().outbox_published == 0  # still down: the rows stay pending
+    queue.fail = False
+    assert sweeper.sweep().outbox_published == 2
+    assert [sid for sid, _task in queue.published] == recorded
+    assert sweeper.sweep().outbox_published == 0  # once
 
 
 def test_a_session_stuck_with_no_owner_is_settled_failed_abandoned(tmp_path: Path) -> None:

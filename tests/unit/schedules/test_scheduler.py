@@ -12,7 +12,7 @@ from nahida_workers.schedules.model import FireKind, FireOutcome, Overlap
 from nahida_workers.schedules.policy import fire_batch_id, session_key
 from nahida_workers.schedules.scheduler import MAX_DISPATCH_ATTEMPTS, REDRIVE_AFTER_S
 from nahida_workers.schedules.store import REMOVED_ERROR
-from tests.unit.schedules.world import JOB, World
+from tests.unit.schedules.world import JOB, World, sweeper_for
 
 
 def tick_every_second(world: World, until: float, *schedulers_who: str) -> None:
@@ -207,19 +207,56 @@ def test_two_beats_ticking_at_the_same_instant_decide_each_fire_once() -> None:
     assert len(world.ledger.sessions(batch_id=fire_batch_id("id-s", world.at(10)))) == 2
 
 
-def test_a_dispatch_cut_off_by_the_broker_is_redriven_without_a_second_session() -> None:
+def test_a_fire_during_a_broker_outage_records_every_session_and_the_sweeper_sends_them() -> None:
+    # The sessions after the first failed send were not recorded: the fire
+    # stayed `dispatching` and was marked failed after 5 re-drives (~2.5 min),
+    # so an outage longer than that lost them.  Now the fire records them all.
     world = World()
-    world.add()
+    world.add(repos=("/r1", "/r2", "/r3"))
     beat = world.scheduler()
     world.queue.fail = True
     world.move_to(10.5)
     report = beat.tick()
-    assert report.errors and world.table() == [(10, "dispatching")]
-    assert len(world.ledger.sessions()) == 1  # the first session was written, its publish failed
+    (fire,) = world.fires()
+    assert world.table() == [(10, "dispatched")] and fire.detail["undelivered"] == 3
+    assert [(f.fire_time, n) for f, n in report.deferred] == [(world.at(10), 3)]
+    sessions = world.ledger.sessions(batch_id=fire.batch_id)
+    assert sorted(s.workspace for s in sessions) == ["/r1", "/r2", "/r3"]
+    assert len(world.ledger.pending_outbox()) == 3 and world.queue.published == []
+    assert world.outcomes == [("s", FireOutcome.DISPATCHED)]
+    # however long the broker stays down, the fire is never failed or re-driven
+    for _ in range(MAX_DISPATCH_ATTEMPTS + 2):
+        world.clock.advance(REDRIVE_AFTER_S + 1)
+        beat.tick()
+    assert all(outcome != "failed" for _t, outcome in world.table())
+    assert len(world.ledger.sessions(batch_id=fire.batch_id)) == 3
+    # the broker is back: one sweep publishes every session of the fire, once
     world.queue.fail = False
+    assert sweeper_for(world).sweep().outbox_published > 0
+    published = {sid for sid, _task in world.queue.published}
+    assert {s.session_id for s in sessions} <= published
+    assert world.ledger.pending_outbox() == []
+
+
+def test_a_fire_cut_off_by_the_ledger_is_redriven_without_a_second_session() -> None:
+    world = World()
+    world.add()
+    beat = world.scheduler()
+    opened = world.ledger.open_session
+    calls = iter([opened, _ledger_down])  # the ledger fails before the second record
+
+    def open_session(*args: object, **kwargs: object) -> object:
+        return next(calls, opened)(*args, **kwargs)
+
+    world.ledger.open_session = open_session
+    world.move_to(10.5)
+    report = beat.tick()
+    assert report.errors and world.table() == [(10, "dispatching")]
+    assert len(world.ledger.sessions()) == 1  # the first one; the second was never written
     world.clock.advance(REDRIVE_AFTER_S + 1)
     beat.tick()
     assert world.table()[0] == (10, "dispatched")
+    assert "undelivered" not in world.fires()[0].detail
     sessions = world.ledger.sessions()
     assert sorted(s.workspace for s in sessions if s.batch_id == world.fires()[0].batch_id) == [
         "/r1",
@@ -227,6 +264,11 @@ def test_a_dispatch_cut_off_by_the_broker_is_redriven_without_a_second_session()
     ]
     keys = [s.idempotency_key for s in sessions]
     assert len(keys) == len(set(keys))
+    assert len(world.queue.published) == 2
+
+
+def _ledger_down(*_a: object, **_k: object) -> None:
+    raise LedgerUnavailableError("ledger unavailable (test)")
 
 
 def test_a_fire_that_cannot_be_dispatched_ends_failed_after_bounded_attempts() -> None:
@@ -251,14 +293,15 @@ def test_a_fire_that_cannot_be_dispatched_ends_failed_after_bounded_attempts() -
 
 
 def test_a_removed_schedules_stuck_fire_is_recorded_failed_not_dispatched() -> None:
-    """A fire left `dispatching` (broker down), then its schedule removed: no re-drive."""
+    """A fire left `dispatching` (ledger down), then its schedule removed: no re-drive."""
     world = World()
     world.add(every_s=3600)
-    world.queue.fail = True
+    opened = world.ledger.open_session
+    calls = iter([opened, _ledger_down])
+    world.ledger.open_session = lambda *a, **k: next(calls, opened)(*a, **k)
     world.move_to(3600.5)
     world.scheduler().tick()
     assert world.table() == [(3600, "dispatching")]
-    world.queue.fail = False
     published = len(world.queue.published)
     world.store.remove("s", at=world.clock.now())
     world.clock.advance(REDRIVE_AFTER_S + 1)
@@ -267,7 +310,7 @@ def test_a_removed_schedules_stuck_fire_is_recorded_failed_not_dispatched() -> N
     assert fire.outcome is FireOutcome.FAILED
     assert fire.detail["error"] == REMOVED_ERROR
     assert len(world.queue.published) == published  # nothing more was sent
-    assert len(world.ledger.sessions()) == 1  # the one written before the broker failed
+    assert len(world.ledger.sessions()) == 1  # the one written before the ledger failed
     assert [f.fire_time for f in report.failed] == [world.at(3600)]
     assert world.outcomes == [("s", FireOutcome.FAILED)]
 

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nahida_workers.core.events import SessionStatus
+from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.sweeper import Sweeper
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule, ScheduleDef
 from nahida_workers.schedules.scheduler import Scheduler
 from nahida_workers.schedules.store import MemoryScheduleStore, ScheduleStore
@@ -80,3 +82,13 @@ class World:
     def running_batches(self) -> set[str]:
         unfinished = [SessionStatus.QUEUED, SessionStatus.RUNNING, SessionStatus.WAITING]
         return {s.batch_id for s in self.ledger.sessions(statuses=unfinished) if s.batch_id}
+
+
+def sweeper_for(world: World) -> Sweeper:
+    """The beat sweeper over the world's ledger and queue (it publishes the pending outbox)."""
+    return Sweeper(
+        world.ledger,
+        MemoryLeaseStore(world.clock.monotonic_ms),
+        Dispatcher(world.ledger, world.queue, world.clock),
+        world.clock,
+    )
