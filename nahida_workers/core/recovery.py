@@ -32,7 +32,13 @@ from nahida_workers.core.payloads import INTERRUPTED_TEXT, result_payload
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import orphan_calls
 
-__all__ = ["MAX_RERUNS", "RERUN_LOST_TEXT", "rebuilt_content", "recovery_events"]
+__all__ = [
+    "MAX_RERUNS",
+    "RERUN_LOST_TEXT",
+    "rebuilt_content",
+    "recovery_events",
+    "synthetic_result",
+]
 
 #: How many times recovery re-runs one idempotent call whose worker was lost.
 MAX_RERUNS = 1
@@ -137,6 +143,40 @@ def _sort_orphans(
     return rebuilt, rerun, closed, lost_reruns
 
 
+def synthetic_result(
+    state: RunState,
+    sequence: int,
+    call: ToolCall,
+    status: ToolStatus,
+    content: str,
+    *,
+    now: datetime,
+    evidence_kind: str = "none",
+    **extra: object,
+) -> Event:
+    """A runtime-made ``tool_result`` for ``call`` (recovery, or a seal closing it).
+
+    ``extra`` keys (e.g. ``reason``, ``recovered_from_receipt``) are added to
+    the payload; the payload is marked ``synthetic``.
+    """
+    payload = result_payload(
+        call_id=call.call_id,
+        name=call.name,
+        status=status,
+        content=content,
+        synthetic=True,
+        evidence_kind=evidence_kind,
+    )
+    return Event(
+        run_id=state.run_id,
+        sequence=sequence,
+        type=EventType.TOOL_RESULT,
+        payload={**payload, **extra},
+        call_id=call.call_id,
+        created_at=now,
+    )
+
+
 def _settled_results(
     state: RunState,
     settled: list[tuple[ToolCall, ToolStatus, str, str]],
@@ -145,27 +185,18 @@ def _settled_results(
     now: datetime,
 ) -> list[Event]:
     """One synthetic ``tool_result`` per settled call, in the calls' order."""
-    events: list[Event] = []
     order = {c.call_id: i for i, c in enumerate(orphan_calls(state.events))}
-    for call, status, content, kind in sorted(settled, key=lambda s: order[s[0].call_id]):
-        events.append(
-            Event(
-                run_id=state.run_id,
-                sequence=first_sequence + len(events),
-                type=EventType.TOOL_RESULT,
-                payload={
-                    **result_payload(
-                        call_id=call.call_id,
-                        name=call.name,
-                        status=status,
-                        content=content,
-                        synthetic=True,
-                        evidence_kind=kind,
-                    ),
-                    "recovered_from_receipt": status is not ToolStatus.INTERRUPTED,
-                },
-                call_id=call.call_id,
-                created_at=now,
-            )
+    ordered = sorted(settled, key=lambda s: order[s[0].call_id])
+    return [
+        synthetic_result(
+            state,
+            first_sequence + i,
+            call,
+            status,
+            content,
+            now=now,
+            evidence_kind=kind,
+            recovered_from_receipt=status is not ToolStatus.INTERRUPTED,
         )
-    return events
+        for i, (call, status, content, kind) in enumerate(ordered)
+    ]

@@ -24,14 +24,13 @@ from datetime import datetime
 
 from nahida_workers.core.events import (
     Event,
-    EventType,
     ExecutionReceipt,
     ReasonCode,
     TerminalState,
     ToolStatus,
 )
-from nahida_workers.core.payloads import result_payload
 from nahida_workers.core.receipts import missing_receipts
+from nahida_workers.core.recovery import synthetic_result
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import orphan_calls
 
@@ -75,23 +74,7 @@ def closing_events(
     content = closing_content(terminal, reason)
     first = state.next_sequence
     return tuple(
-        Event(
-            run_id=state.run_id,
-            sequence=first + i,
-            type=EventType.TOOL_RESULT,
-            payload={
-                **result_payload(
-                    call_id=call.call_id,
-                    name=call.name,
-                    status=status,
-                    content=content,
-                    synthetic=True,
-                ),
-                "reason": reason.value,
-            },
-            call_id=call.call_id,
-            created_at=now,
-        )
+        synthetic_result(state, first + i, call, status, content, now=now, reason=reason.value)
         for i, call in enumerate(orphan_calls(state.events))
     )
 

@@ -558,12 +558,7 @@ class CommitPoints:
             self.inbox_pending = tx.pending_inbox
         else:
             self.inbox_pending = max(self.inbox_pending, 1)  # unknown: look at the boundary
-        if self.observer is not None:
-            self.observer.committed(events)
-        for event in events:
-            state.apply(event)
-        for receipt in receipts:
-            state.apply_receipt(receipt)
+        self._learn(state, events, receipts)
 
     def _through_outage(
         self,

@@ -196,6 +196,23 @@ class Fleet:
             publisher.close()
 
 
+def marked_processes(marker: str) -> list[int]:
+    """PIDs of live processes whose command line holds ``marker`` (zombies have none).
+
+    Tests start their shell commands with a unique marker in the command
+    line, so this finds them wherever they were reparented.
+    """
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def submit(dispatcher: Dispatcher, spec: SessionSpec, workspace: Path) -> str:
     """Dispatch one session and return its id."""
     session, _ = dispatcher.submit(spec, workspace=str(workspace))

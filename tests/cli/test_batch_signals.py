@@ -21,24 +21,11 @@ from sqlalchemy import Engine
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.testing.fleet import Fleet, make_repo, wait_for
+from nahida_workers.testing.fleet import Fleet, make_repo, marked_processes, wait_for
 from tests.cli.helpers import clean_env, nahida, nahida_script
 from tests.conftest import PG_ADMIN_DSN
 
 pytestmark = pytest.mark.slow
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """PIDs whose command line holds ``marker`` (the Bash commands of this test)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def _marked_shells(marker: str) -> set[int]:
@@ -49,7 +36,7 @@ def _marked_shells(marker: str) -> set[int]:
     line for a moment but not the leadership, so it is not counted twice.
     """
     leaders = set()
-    for pid in _marked_processes(marker):
+    for pid in marked_processes(marker):
         with contextlib.suppress(ProcessLookupError):
             if os.getpgid(pid) == pid:
                 leaders.add(pid)
@@ -102,7 +89,7 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
     err = err_bytes.decode()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert _marked_processes(marker) == [], "a Bash child outlived the batch"
+    assert marked_processes(marker) == [], "a Bash child outlived the batch"
     if presses == 1:
         assert "interrupted: 0/3 sessions done, 2 in flight interrupted (resumable)" in err, err
     batch_id = err.split("batch ", 1)[1].split(":", 1)[0]
@@ -132,18 +119,18 @@ def test_timeout_exits_5_with_the_resume_hint(tmp_path: Path) -> None:
     base = ["batch", str(job), "--local", "--db", str(db), "--repo", str(repo)]
     proc = _start([*base, "--timeout", "1"], tmp_path)
     try:
-        wait_for(lambda: _marked_processes(marker), timeout=60, what="the Bash sleep")
+        wait_for(lambda: marked_processes(marker), timeout=60, what="the Bash sleep")
         # The Bash call waits 60 s: an exit well before means nothing waited for it.
         _out, err_bytes = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in _marked_processes(marker):
+        for pid in marked_processes(marker):
             os.kill(pid, signal.SIGKILL)
     err = err_bytes.decode()
     assert proc.returncode == 5, err
     assert "timed out after 1s" in err and "--resume" in err and "Traceback" not in err
-    assert _marked_processes(marker) == []
+    assert marked_processes(marker) == []
 
 
 def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from nahida_workers.errors import ToolError
-from nahida_workers.testing.fleet import wait_for
+from nahida_workers.testing.fleet import marked_processes, wait_for
 from nahida_workers.tools.base import ToolContext
 from nahida_workers.tools.bash import Bash
 from nahida_workers.tools.processes import STOPPING_CODE, ChildProcesses
@@ -28,25 +28,12 @@ from nahida_workers.tools.processes import STOPPING_CODE, ChildProcesses
 Popen = Callable[..., subprocess.Popen[bytes]]
 
 
-def _marked(marker: str) -> list[int]:
-    """Live processes whose command line holds ``marker`` (zombies have none)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.fixture
 def marker() -> Any:
     """A unique marker; whatever still carries it at the end is killed (no debris)."""
     mark = f"nahida-children-{uuid.uuid4().hex[:8]}"
     yield mark
-    for pid in _marked(mark):
+    for pid in marked_processes(mark):
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
@@ -71,7 +58,7 @@ def test_a_bash_requested_after_the_interrupt_began_never_starts(
     with pytest.raises(ToolError) as caught:
         Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
     assert caught.value.code == STOPPING_CODE
-    assert calls == [] and _marked(marker) == []
+    assert calls == [] and marked_processes(marker) == []
 
 
 def _fire_then_fork(fire: Callable[[], Any]) -> Popen:
@@ -101,7 +88,7 @@ def test_an_interrupt_between_the_gate_and_the_fork_kills_the_child_at_birth(
         Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
     stopper[0].join()
     assert caught.value.code == STOPPING_CODE
-    assert _marked(marker) == [], "a Bash started during the interrupt outlived it"
+    assert marked_processes(marker) == [], "a Bash started during the interrupt outlived it"
 
 
 def test_an_interrupt_landing_in_the_spawning_thread_itself_kills_the_child(
@@ -113,7 +100,7 @@ def test_an_interrupt_landing_in_the_spawning_thread_itself_kills_the_child(
     with pytest.raises(ToolError) as caught:
         Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
     assert caught.value.code == STOPPING_CODE
-    assert _marked(marker) == []
+    assert marked_processes(marker) == []
 
 
 def test_a_child_still_in_our_process_group_is_killed_by_pid(marker: str) -> None:
@@ -128,7 +115,7 @@ def test_a_child_still_in_our_process_group_is_killed_by_pid(marker: str) -> Non
     assert os.getpgid(proc.pid) == os.getpgrp()
     registry.stop_all()
     assert proc.wait(timeout=30) == -9
-    assert _marked(marker) == []
+    assert marked_processes(marker) == []
 
 
 def test_a_grandchild_that_left_the_group_is_killed_too(tmp_path: Path, marker: str) -> None:
@@ -136,10 +123,12 @@ def test_a_grandchild_that_left_the_group_is_killed_too(tmp_path: Path, marker: 
     ready = tmp_path / "ready"
     script = f"setsid /bin/sh -c 'sleep 300; : {marker}' &\ntouch {ready}\nwait"
     proc = registry.spawn(["/bin/bash", "-c", script])
-    wait_for(lambda: ready.exists() and len(_marked(marker)) >= 2, timeout=10, what="the escape")
+    wait_for(
+        lambda: ready.exists() and len(marked_processes(marker)) >= 2, timeout=10, what="the escape"
+    )
     registry.stop_all()
     proc.wait(timeout=30)
-    assert _marked(marker) == [], "a grandchild in its own session outlived the stop"
+    assert marked_processes(marker) == [], "a grandchild in its own session outlived the stop"
 
 
 def test_the_cli_kill_closes_the_gate_of_the_process_and_kills_everything(
@@ -175,4 +164,4 @@ def test_the_cli_kill_closes_the_gate_of_the_process_and_kills_everything(
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [STOPPING_CODE, "-9"]
-    assert _marked(marker) == []
+    assert marked_processes(marker) == []
