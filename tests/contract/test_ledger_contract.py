@@ -52,6 +52,9 @@ from tests.contract.ledger_world import (
     tool_result,
     user_input,
 )
+from tests.contract.ledger_world import (
+    event as make_event,
+)
 
 DEADLINE_S = 5.0
 
@@ -195,6 +198,39 @@ def test_any_event_after_terminal_is_refused(ledger: Ledger, kind: str) -> None:
         "terminal": terminal(w.run_id, 3),
     }[kind]
     refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, [late]))
+
+
+def _late(run_id: str, kind: str) -> tuple[list[Any], list[Any]]:
+    """One late write of ``kind`` at sequence 4 (call ``c1`` was committed at 2)."""
+    if kind == "receipt":
+        return [], [receipt(run_id, "c1")]
+    payloads: dict[str, tuple[EventType, dict[str, Any], str | None]] = {
+        "user_input": (EventType.USER_INPUT, {"text": "late"}, None),
+        "assistant_output": (EventType.ASSISTANT_OUTPUT, {"text": "late"}, None),
+        "tool_call": (EventType.TOOL_CALL, {"name": "Read", "arguments": {}}, "c9"),
+        "tool_result": (EventType.TOOL_RESULT, {"name": "Read", "status": "ok"}, "c1"),
+        "provider_anomaly": (EventType.PROVIDER_ANOMALY, {"code": "empty_tool_turn"}, None),
+        "control": (EventType.CONTROL, {"kind": "correction"}, None),
+        "terminal": (EventType.TERMINAL, {"state": "completed", "reason": "answer_accepted"}, None),
+    }
+    kind_type, payload, call_id = payloads[kind]
+    return [make_event(run_id, 4, kind_type, call_id=call_id, payload=payload)], []
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [t.value for t in EventType] + ["receipt"],
+)
+def test_every_event_type_and_a_receipt_after_terminal_is_refused(
+    ledger: Ledger, kind: str
+) -> None:
+    """DESIGN.md section 2: *any* event after ``terminal`` -- each of the seven
+    event types, and a receipt for a call left open -- is refused and rolls back."""
+    w = make_world(ledger)
+    w.append(tool_call(w.run_id, 2, "c1"), terminal(w.run_id, 3))
+    events, receipts = _late(w.run_id, kind)
+    refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, events, receipts))
+    assert [e.sequence for e in ledger.events(w.run_id)] == [1, 2, 3]
 
 
 def test_event_after_terminal_in_the_same_batch_is_refused(ledger: Ledger) -> None:
