@@ -8,6 +8,7 @@ TTL to pass polls ``holder()`` with a deadline instead of sleeping blindly.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -222,3 +223,45 @@ def test_heartbeat_presumes_the_lease_lost_after_a_ttl_without_renewal() -> None
         wait_for(lambda: heartbeat.lost, "the heartbeat to give up")
         with pytest.raises(LeaseLostError):
             heartbeat.check()
+
+
+class _ScriptedStop(threading.Event):
+    """The heartbeat's stop event: records each wait's timeout; "the interval passed" N times."""
+
+    def __init__(self, intervals: int) -> None:
+        super().__init__()
+        self.intervals = intervals
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return len(self.waits) > self.intervals
+
+
+class _RecordingStore(MemoryLeaseStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals: list[tuple[str, str, int]] = []
+
+    def renew(self, session_id: str, owner: str, ttl_ms: int) -> bool:
+        self.renewals.append((session_id, owner, ttl_ms))
+        return super().renew(session_id, owner, ttl_ms)
+
+
+def test_heartbeat_renews_every_third_of_the_ttl_to_the_full_ttl_as_its_owner() -> None:
+    """DESIGN.md section 4: "a heartbeat renews at ttl/3" -- checked without wall time.
+
+    The renewal thread waits ``ttl/3`` between renewals (the waits are
+    recorded, not slept) and each renewal is the owner's compare-and-set to the
+    full TTL.
+    """
+    store = _RecordingStore()
+    assert store.acquire("s1", "owner-A", LONG_TTL_MS)
+    heartbeat = Heartbeat(store, "s1", "owner-A", LONG_TTL_MS)
+    stop = _ScriptedStop(intervals=3)
+    heartbeat._stop = stop
+    with heartbeat:
+        wait_for(lambda: len(stop.waits) == 4, "the renewal thread to run three intervals")
+    assert stop.waits == [LONG_TTL_MS / 3000] * 4
+    assert store.renewals == [("s1", "owner-A", LONG_TTL_MS)] * 3
+    assert not heartbeat.lost

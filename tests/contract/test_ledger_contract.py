@@ -52,6 +52,9 @@ from tests.contract.ledger_world import (
     tool_result,
     user_input,
 )
+from tests.contract.ledger_world import (
+    event as make_event,
+)
 
 DEADLINE_S = 5.0
 
@@ -197,6 +200,39 @@ def test_any_event_after_terminal_is_refused(ledger: Ledger, kind: str) -> None:
     refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, [late]))
 
 
+def _late(run_id: str, kind: str) -> tuple[list[Any], list[Any]]:
+    """One late write of ``kind`` at sequence 4 (call ``c1`` was committed at 2)."""
+    if kind == "receipt":
+        return [], [receipt(run_id, "c1")]
+    payloads: dict[str, tuple[EventType, dict[str, Any], str | None]] = {
+        "user_input": (EventType.USER_INPUT, {"text": "late"}, None),
+        "assistant_output": (EventType.ASSISTANT_OUTPUT, {"text": "late"}, None),
+        "tool_call": (EventType.TOOL_CALL, {"name": "Read", "arguments": {}}, "c9"),
+        "tool_result": (EventType.TOOL_RESULT, {"name": "Read", "status": "ok"}, "c1"),
+        "provider_anomaly": (EventType.PROVIDER_ANOMALY, {"code": "empty_tool_turn"}, None),
+        "control": (EventType.CONTROL, {"kind": "correction"}, None),
+        "terminal": (EventType.TERMINAL, {"state": "completed", "reason": "answer_accepted"}, None),
+    }
+    kind_type, payload, call_id = payloads[kind]
+    return [make_event(run_id, 4, kind_type, call_id=call_id, payload=payload)], []
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [t.value for t in EventType] + ["receipt"],
+)
+def test_every_event_type_and_a_receipt_after_terminal_is_refused(
+    ledger: Ledger, kind: str
+) -> None:
+    """DESIGN.md section 2: *any* event after ``terminal`` -- each of the seven
+    event types, and a receipt for a call left open -- is refused and rolls back."""
+    w = make_world(ledger)
+    w.append(tool_call(w.run_id, 2, "c1"), terminal(w.run_id, 3))
+    events, receipts = _late(w.run_id, kind)
+    refuse(w, EventAfterTerminalError, lambda tx: ledger.append(tx, events, receipts))
+    assert [e.sequence for e in ledger.events(w.run_id)] == [1, 2, 3]
+
+
 def test_event_after_terminal_in_the_same_batch_is_refused(ledger: Ledger) -> None:
     w = make_world(ledger)
     refuse(
@@ -243,6 +279,53 @@ def test_write_with_a_stale_epoch_is_refused(ledger: Ledger) -> None:
     )
     assert w.snapshot() == before
     w.append(user_input(w.run_id, 2))  # the current owner still writes
+
+
+_STALE_WRITES: dict[str, Any] = {
+    "result": lambda ledger, w, tx: ledger.append(tx, [tool_result(w.run_id, 3, "c1")]),
+    "receipt": lambda ledger, w, tx: ledger.append(tx, (), [receipt(w.run_id, "c1")]),
+    "result_and_receipt": lambda ledger, w, tx: ledger.append(
+        tx, [tool_result(w.run_id, 3, "c1")], [receipt(w.run_id, "c1")]
+    ),
+    "seal": lambda ledger, w, tx: ledger.seal_run(
+        tx,
+        terminal(w.run_id, 3),
+        state=TerminalState.COMPLETED,
+        reason=ReasonCode.ANSWER_ACCEPTED,
+        failure_code=None,
+        ended_at=at(40),
+    ),
+    "finish": lambda ledger, w, tx: _finish(ledger, tx, w.run_id),
+}
+
+
+@pytest.mark.parametrize("write", sorted(_STALE_WRITES))
+def test_an_owner_bumped_after_its_last_commit_writes_nothing(ledger: Ledger, write: str) -> None:
+    """DESIGN.md section 4: a paused owner that wakes after losing its lease
+    cannot write a single row -- on the commit point that follows one it made.
+
+    The owner has committed under its epoch (on PostgreSQL with the run hint
+    its run facts are now carried and the next commit point is one fenced
+    statement); a new owner bumps; every kind of commit-point write the old
+    owner then sends is refused with :class:`StaleEpochError` and leaves the
+    ledger as it was.  Sequential, so it holds on every adapter (the
+    concurrent orders are the PostgreSQL tests below).
+    """
+    w = make_world(ledger)
+    old = w.bump()
+    w.append(tool_call(w.run_id, 2, "c1"))  # the old owner's last successful commit point
+    assert ledger.bump_epoch(w.session_id, at=at(20)) == old + 1  # the heir takes over
+    before = w.snapshot()
+    with (
+        pytest.raises(StaleEpochError),
+        ledger.transaction(fence=Fence(w.session_id, old), run_id=w.hint) as tx,
+    ):
+        _STALE_WRITES[write](ledger, w, tx)
+    assert w.snapshot() == before, "a stale owner wrote"
+    # the heir, at the new epoch, still writes the same facts
+    w.epoch = old + 1
+    w.append(tool_result(w.run_id, 3, "c1"))
+    assert [e.epoch for e in ledger.events(w.run_id)] == [0, old, old + 1]
 
 
 def test_events_and_receipts_record_the_fence_epoch(ledger: Ledger) -> None:

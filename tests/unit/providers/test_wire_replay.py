@@ -157,3 +157,20 @@ def test_recording_rechunked_at_random_byte_boundaries(wid: str, data: st.DataOb
 def test_recordings_cover_both_apis_and_errors() -> None:
     assert {wire(w)["api"] for w in OK_IDS} == {"openai-chat", "anthropic-messages"}
     assert ERROR_IDS == ["W06", "W12"]
+
+
+@pytest.mark.parametrize("wid", ["W08", "W11"])
+def test_a_paused_turn_keeps_the_recorded_content_blocks_exactly(wid: str) -> None:
+    # Synthetic edit of a real recording: its stop_reason replaced by
+    # "pause_turn" (no recording has one), so the adapter keeps the raw blocks
+    # to send back.  They must equal the recording's `expected.content_blocks`
+    # (W08: the thinking block with its signature, then the text; W11: text).
+    w = wire(wid)
+    raw = w["expected"]["stop_reason"]
+    edited = w["sse"].replace(f'"stop_reason":"{raw}"', '"stop_reason":"pause_turn"')
+    assert edited != w["sse"]
+    w = {**w, "sse": edited}
+    turn, _ = _complete(provider_for_wire(w, Recorder([recorded_response(w)]).client()))
+    assert turn.raw_stop_reason == "pause_turn"
+    want = [{k: v for k, v in b.items() if k != "index"} for b in w["expected"]["content_blocks"]]
+    assert [dict(b) for b in turn.content_blocks] == want
