@@ -11,10 +11,14 @@ from nahida_workers.logs import bind_log_context
 from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
 from nahida_workers.runtime.session import SessionOutcome
 from nahida_workers.runtime.wiring import Fleet
+from nahida_workers.tools.processes import PROCESSES
 
 __all__ = ["run_session_delivery"]
 
 log = logging.getLogger(__name__)
+
+#: What a delivery returns when its process is stopping and it took nothing.
+STOPPING = "stopping"
 
 
 def run_session_delivery(
@@ -40,6 +44,12 @@ def run_session_delivery(
             and its place in the chain.
     """
     bind_log_context(session_id=session_id, run_id=None, trace_id=None)
+    if PROCESSES.stopping:
+        # This process is being interrupted (Ctrl-C or --timeout of an embedded
+        # batch, cli/interrupt.py): taking the session now would run it with
+        # its tools refused.  It stays as it is in the ledger; --resume runs it.
+        log.info("session %s: not taken, this process is stopping", session_id)
+        return STOPPING
     tag = delivery_tag(str(task.request.id or ""))
     try:
         outcome = current.runner.run(session_id, delivery_tag=tag)

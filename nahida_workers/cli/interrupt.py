@@ -66,21 +66,37 @@ class _Presses:
 
 
 def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
-    """Fence the batch's running sessions (if ``fence``), then :func:`kill_children`.
+    """Stop taking sessions, fence the running ones (if ``fence``), kill the children.
 
-    Fencing first: a worker thread whose Bash command is killed can then not
-    record the kill as the command's result -- recovery settles the call on
-    resume (DESIGN.md section 4).  Returns the sessions that were in flight.
+    In this order: the spawn gate closes first, so the embedded worker takes
+    no new session from here on (one taken now would run with its tools
+    refused and could end ``completed`` with its work never done); the
+    sessions in flight are fenced, so a worker thread whose Bash command is
+    killed cannot record the kill as the command's result -- recovery settles
+    the call on resume (DESIGN.md section 4); then every child is killed, and
+    a session that a worker thread took between the gate and the first fence
+    is fenced too.  Returns the sessions that were in flight.
     """
-    ledger, now = fleet.ledger, fleet.clock.now()
-    in_flight = ledger.sessions(
-        batch_id=batch_id, statuses=[SessionStatus.RUNNING, SessionStatus.WAITING]
-    )
+    PROCESSES.close()
+    statuses = [SessionStatus.RUNNING, SessionStatus.WAITING]
+    in_flight = {
+        s.session_id: s for s in fleet.ledger.sessions(batch_id=batch_id, statuses=statuses)
+    }
     if fence:
-        for session in in_flight:
-            ledger.bump_epoch(session.session_id, at=now)
+        _fence(fleet, in_flight)
     kill_children()
-    return list(in_flight)
+    if fence:
+        late = fleet.ledger.sessions(batch_id=batch_id, statuses=statuses)
+        _fence(fleet, {s.session_id: s for s in late if s.session_id not in in_flight})
+        in_flight.update((s.session_id, s) for s in late)
+    return list(in_flight.values())
+
+
+def _fence(fleet: Any, sessions: dict[str, Any]) -> None:
+    """Bump each session's fencing epoch: its current owner can write no more rows."""
+    now = fleet.clock.now()
+    for session_id in sessions:
+        fleet.ledger.bump_epoch(session_id, at=now)
 
 
 def run_interruptible(

@@ -121,6 +121,15 @@ class ChildProcesses:
         """True once :meth:`stop_all` has begun; no process starts after that."""
         return self._stopping
 
+    def close(self) -> None:
+        """Close the gate for good without killing anything yet (:meth:`stop_all` kills).
+
+        From here on :attr:`stopping` is true: no process starts, and the
+        embedded worker takes no new session (``celery/sessions.py``).
+        """
+        with self._cond:
+            self._stopping = True
+
     def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` in a new session (``popen(argv, start_new_session=True, **kwargs)``).
 
