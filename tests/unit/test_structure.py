@@ -6,7 +6,10 @@
 * no import cycle between the package's modules (module-level imports,
   ``TYPE_CHECKING`` blocks excluded: they never run), ``core/`` imports no
   adapter, and no module of ``nahida_workers`` imports ``tasks``;
-* ``ruff check`` passes on the repository (the lint of every habit).
+* ``ruff check`` passes on the repository (the lint of every habit);
+* in ``runtime/``, only :data:`TRANSACTION_OWNERS` open a ledger transaction:
+  every commit point of a session owner is a named method of
+  ``runtime/commits.py`` (DESIGN.md section 3, STYLE.md habit 11).
 
 Alembic migrations are exempt from the length rule: they are frozen history
 (add-only, never edited after release).
@@ -40,6 +43,16 @@ ADAPTERS = (
     "nahida_workers.testing",
     "nahida_workers.tools",
     "nahida_workers.web",
+)
+
+#: The runtime modules that may open a ledger transaction: the owner's commit
+#: points, and the submission side that writes before any owner runs.
+TRANSACTION_OWNERS = frozenset(
+    {
+        "nahida_workers.runtime.commits",
+        "nahida_workers.runtime.dispatcher",
+        "nahida_workers.runtime.inbox",
+    }
 )
 
 
@@ -191,3 +204,29 @@ def test_core_imports_no_adapter_and_nothing_imports_tasks() -> None:
                 if any(m == a or m.startswith(a + ".") for a in ADAPTERS)
             ]
     assert not wrong, wrong
+
+
+def _transactions_opened(tree: ast.Module) -> list[int]:
+    """Line numbers of every ``<anything>.transaction(...)`` call in ``tree``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "transaction"
+    ]
+
+
+def test_only_the_commit_points_open_transactions_in_the_runtime() -> None:
+    wrong = [
+        f"{name}:{line}"
+        for name, path in _modules()
+        if name.startswith("nahida_workers.runtime.") and name not in TRANSACTION_OWNERS
+        for line in _transactions_opened(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not wrong, f"move these transactions behind a named commit point: {wrong}"
+
+
+def test_the_transaction_finder_finds_one() -> None:
+    tree = ast.parse("with self.r.ledger.transaction(fence=f) as tx:\n    pass\n")
+    assert _transactions_opened(tree) == [1]
