@@ -230,3 +230,53 @@ def test_only_the_commit_points_open_transactions_in_the_runtime() -> None:
 def test_the_transaction_finder_finds_one() -> None:
     tree = ast.parse("with self.r.ledger.transaction(fence=f) as tx:\n    pass\n")
     assert _transactions_opened(tree) == [1]
+
+
+def _aliases(cls: type) -> list[str]:
+    """Names of ``cls`` that are another name's method (``b = a`` or a renamed forward)."""
+    from nahida_workers.ledger.parts import forward
+
+    seen: dict[int, str] = {}
+    found: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(value, forward) and value._name != name:
+                found.append(f"{cls.__name__}.{name} forwards to {value._name}")
+            if callable(value) or isinstance(value, forward):
+                if id(value) in seen and seen[id(value)] != name:
+                    found.append(f"{cls.__name__}.{name} is {seen[id(value)]}")
+                seen.setdefault(id(value), name)
+    return found
+
+
+def test_the_ledger_adapters_have_no_method_aliases() -> None:
+    """Issue 12 item 3: one name per ledger method, on the port and on each adapter."""
+    from nahida_workers.ledger.memory import MemoryLedger
+    from nahida_workers.ledger.sql import SqlLedger
+    from nahida_workers.ports import ChildLedger, Ledger
+
+    wrong = [a for c in (Ledger, ChildLedger, MemoryLedger, SqlLedger) for a in _aliases(c)]
+    assert not wrong, wrong
+
+
+def test_the_alias_finder_finds_one() -> None:
+    from nahida_workers.ledger.parts import forward
+
+    class Part:
+        def events(self) -> list[str]:
+            return []
+
+    class Adapter:
+        events = forward("part", Part.events)
+        run_events = forward("part", Part.events)
+
+        def seal(self) -> None: ...
+
+        finish = seal
+
+    assert sorted(_aliases(Adapter)) == [
+        "Adapter.finish is seal",
+        "Adapter.run_events forwards to events",
+    ]
