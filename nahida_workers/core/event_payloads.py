@@ -24,9 +24,10 @@ Until every reader uses attributes, a payload also reads like a read-only
 mapping (``payload["text"]``, ``payload.get("kind")``, ``"artifact" in
 payload``, ``{**payload}``) over the same keys its JSON has.
 
-New event types (a child spawned, a child result adopted, a schedule fired, a
-session parked) add one model below and one entry in :data:`PAYLOAD_MODELS`;
-the ledger edge then checks their shape like every other.
+New event types (a child spawned, a child result adopted, a schedule fired)
+add one model below and one entry in :data:`PAYLOAD_MODELS`; new ``control``
+kinds (a session parked) add one shape in ``core/control_kinds.py``.  The
+ledger edge then checks their shape like every other.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+
+from nahida_workers.core.control_kinds import CONTROL_SHAPES
 
 __all__ = [
     "PAYLOAD_MODELS",
@@ -203,24 +206,41 @@ class ProviderAnomalyPayload(PayloadModel):
 class ControlPayload(PayloadModel):
     """``control``: a runtime decision on record, named by ``kind``.
 
-    Kinds and their keys: ``correction`` (stage), ``repair`` (anomaly, turn),
-    ``bound`` (bound, key), ``truncation`` (attempt), ``stop_hook``
-    (candidate, verdict, message, hook), ``recovery`` (epoch, rebuilt, rerun,
-    closed); other kinds keep their keys unchecked.
+    A kind named in ``core/control_kinds.py`` (``correction``, ``repair``,
+    ``bound``, ``truncation``, ``stop_hook``, ``recovery``, ``parked``) is
+    checked against its shape when validated (the read edge); other kinds
+    keep their keys unchecked.
     """
 
     event_type: ClassVar[str] = "control"
     kind: str | None = None
 
+    @model_validator(mode="after")
+    def _kind_has_its_shape(self) -> ControlPayload:
+        shape = CONTROL_SHAPES.get(self.kind) if self.kind is not None else None
+        if shape is not None:
+            shape.model_validate(self.as_json())
+        return self
+
 
 class TerminalPayload(PayloadModel):
-    """``terminal``: how the run ended (DESIGN.md section 6)."""
+    """``terminal``: how the run ended (DESIGN.md section 6).
+
+    A parent that ends names the children it leaves running
+    (``children_running``, section 8); a session in its own worktree adds
+    the ``commit`` and ``branch`` its changes were committed on, or the
+    ``worktree_error`` (``runtime/child_worktree.py``).
+    """
 
     event_type: ClassVar[str] = "terminal"
     state: str | None = None
     reason: str | None = None
     failure_code: str | None = None
     final_text: Text | None = None
+    children_running: list[str] | None = None
+    commit: str | None = None
+    branch: str | None = None
+    worktree_error: Text | None = None
 
 
 EventPayload = (

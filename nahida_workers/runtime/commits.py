@@ -20,6 +20,10 @@ commit point        what it writes, in one fenced transaction
                     awaited child ids -- or nothing, when every awaited child is
                     already done (section 8; serialised with the children's
                     completion posts on the session row lock)
+``respawn_child``   a refused Task call's child, re-attempted under the fence (its
+                    session, lineage, first run and outbox rows; section 8)
+``reopen_child``    a resumed ``done`` child back to ``queued`` with its outbox row
+                    (the child's rows, so not under this session's fence)
 ``close_session``   ``sessions.status = done`` when no run is left to seal
 ``take_over`` /     the owner epoch bump with the durable crash counter, and the
 ``hand_back``       clean hand-back (section 4; ``runtime/redelivery.py``)
@@ -62,7 +66,7 @@ from nahida_workers.core.loop import (
     terminal_event,
     turn_events,
 )
-from nahida_workers.core.messages import ProviderTurn
+from nahida_workers.core.messages import ProviderTurn, ToolCall
 from nahida_workers.core.receipts import missing_receipts
 from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord
 from nahida_workers.core.sealing import closing_events, closing_receipts
@@ -91,6 +95,7 @@ from nahida_workers.runtime.heartbeat import Heartbeat
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.outage import commit_through_outage
 from nahida_workers.runtime.pause_points import pause_point
+from nahida_workers.runtime.resume import reopen
 from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
@@ -482,6 +487,43 @@ class CommitPoints:
         log.info("run %s parked awaiting %d child session(s)", run.run_id, len(park.awaiting))
         self._publish_unpublished(family, park.awaiting)
         return True
+
+    def respawn_child(self, run_id: str, call: ToolCall) -> str | None:
+        """Section 8: re-attempt a refused spawn of ``call``'s child, fenced (idempotent).
+
+        The child limits are checked again; the outbox row of a child created
+        now is published after commit.  Returns the refusal the model sees,
+        or None when the child exists.
+
+        Raises:
+            LedgerError: no child-session port; or the ledger refused the write.
+            LeaseLostError / StaleEpochError: this owner lost the session.
+        """
+        family = self._family()
+        self.heartbeat.check()
+        with self.ledger.transaction(fence=self.fence) as tx:
+            outbox = family.spawner.spawn_one(tx, run_id, call, self.clock.now())
+        family.publish_all([outbox] if outbox is not None else [])
+        return family.spawner.refused.get(call.call_id)
+
+    def reopen_child(self, child: str, key: str) -> None:
+        """Section 8: re-queue a resumed ``child`` that is ``done`` with its prompt pending.
+
+        The child's rows, not this session's: written without this owner's
+        fence.  ``key`` makes the outbox id stable (``runtime/resume.py``).
+
+        Raises:
+            LedgerError: no child-session port; or the ledger refused the write.
+        """
+        family = self._family()
+        with self.ledger.transaction() as tx:
+            record = reopen(self.ledger, tx, child, key, self.clock.now())
+        family.publish_all([record])
+
+    def _family(self) -> Family:
+        if self.family is None:
+            raise LedgerError("child sessions need the child-session port")
+        return self.family
 
     def _publish_unpublished(self, family: Family, children: Sequence[str]) -> None:
         """Publish the awaited children's outbox rows a crash left unpublished.

@@ -65,7 +65,6 @@ from nahida_workers.runtime.commits import CommitPoints
 from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.observe import Observer
 from nahida_workers.runtime.prestart import FallbackGuard, PreStart
-from nahida_workers.runtime.resume import reopen
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -204,23 +203,11 @@ class RunDriver:
 
     def _reopen(self, child: str, key: str) -> None:
         """Re-queue a resumed child that is ``done`` with its prompt still pending."""
-        family = self.commits.family
-        assert family is not None
-        with self.r.ledger.transaction() as tx:
-            record = reopen(
-                self.r.ledger, tx, child, f"{key}:{uuid.uuid4().hex}", self.r.clock.now()
-            )
-        family.publish_all([record])
+        self.commits.reopen_child(child, f"{key}:{uuid.uuid4().hex}")
 
     def _respawn(self, call: ToolCall) -> str | None:
         """Re-attempt a refused spawn (idempotent, limits re-checked); its refusal or None."""
-        family = self.commits.family
-        assert family is not None
-        self.commits.heartbeat.check()
-        with self.r.ledger.transaction(fence=self.commits.fence) as tx:
-            outbox = family.spawner.spawn_one(tx, self.run.run_id, call, self.r.clock.now())
-        family.publish_all([outbox] if outbox is not None else [])
-        return family.spawner.refused.get(call.call_id)
+        return self.commits.respawn_child(self.run.run_id, call)
 
     def _apply(self, decision: Decision) -> bool:
         """Perform one decision; False when the run needs nothing more from this owner."""

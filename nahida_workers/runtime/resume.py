@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.children import ChildView
@@ -31,7 +31,7 @@ from nahida_workers.core.records import (
     OutboxRecord,
 )
 from nahida_workers.errors import InboxFullError
-from nahida_workers.ports import ChildLedger, Ledger
+from nahida_workers.ports import ChildLedger, Ledger, LedgerOutbox, LedgerWriter
 
 __all__ = ["post_resume", "reopen", "resume_message_id", "resume_problem", "resume_view"]
 
@@ -53,7 +53,11 @@ def resume_problem(children: ChildLedger[Any], parent_id: str, child: str) -> st
     return None
 
 
-def reopen(ledger: Ledger[Any], tx: Any, child: str, key: str, now: datetime) -> OutboxRecord:
+class _ReopenLedger(LedgerWriter[Any], LedgerOutbox[Any], Protocol):
+    """The ledger ports :func:`reopen` writes through."""
+
+
+def reopen(ledger: _ReopenLedger, tx: Any, child: str, key: str, now: datetime) -> OutboxRecord:
     """``child`` back to ``queued`` with an outbox row (publish it after commit).
 
     ``key`` makes the outbox id stable (a replay writes the same row).

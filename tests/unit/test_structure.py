@@ -6,7 +6,10 @@
 * no import cycle between the package's modules (module-level imports,
   ``TYPE_CHECKING`` blocks excluded: they never run), ``core/`` imports no
   adapter, and no module of ``nahida_workers`` imports ``tasks``;
-* ``ruff check`` passes on the repository (the lint of every habit).
+* ``ruff check`` passes on the repository (the lint of every habit);
+* in ``runtime/``, only :data:`TRANSACTION_OWNERS` open a ledger transaction:
+  every commit point of a session owner is a named method of
+  ``runtime/commits.py`` (DESIGN.md section 3, STYLE.md habit 11).
 
 Alembic migrations are exempt from the length rule: they are frozen history
 (add-only, never edited after release).
@@ -40,6 +43,16 @@ ADAPTERS = (
     "nahida_workers.testing",
     "nahida_workers.tools",
     "nahida_workers.web",
+)
+
+#: The runtime modules that may open a ledger transaction: the owner's commit
+#: points, and the submission side that writes before any owner runs.
+TRANSACTION_OWNERS = frozenset(
+    {
+        "nahida_workers.runtime.commits",
+        "nahida_workers.runtime.dispatcher",
+        "nahida_workers.runtime.inbox",
+    }
 )
 
 
@@ -191,3 +204,79 @@ def test_core_imports_no_adapter_and_nothing_imports_tasks() -> None:
                 if any(m == a or m.startswith(a + ".") for a in ADAPTERS)
             ]
     assert not wrong, wrong
+
+
+def _transactions_opened(tree: ast.Module) -> list[int]:
+    """Line numbers of every ``<anything>.transaction(...)`` call in ``tree``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "transaction"
+    ]
+
+
+def test_only_the_commit_points_open_transactions_in_the_runtime() -> None:
+    wrong = [
+        f"{name}:{line}"
+        for name, path in _modules()
+        if name.startswith("nahida_workers.runtime.") and name not in TRANSACTION_OWNERS
+        for line in _transactions_opened(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not wrong, f"move these transactions behind a named commit point: {wrong}"
+
+
+def test_the_transaction_finder_finds_one() -> None:
+    tree = ast.parse("with self.r.ledger.transaction(fence=f) as tx:\n    pass\n")
+    assert _transactions_opened(tree) == [1]
+
+
+def _aliases(cls: type) -> list[str]:
+    """Names of ``cls`` that are another name's method (``b = a`` or a renamed forward)."""
+    from nahida_workers.ledger.parts import forward
+
+    seen: dict[int, str] = {}
+    found: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if name.startswith("_"):
+                continue
+            if isinstance(value, forward) and value._name != name:
+                found.append(f"{cls.__name__}.{name} forwards to {value._name}")
+            if callable(value) or isinstance(value, forward):
+                if id(value) in seen and seen[id(value)] != name:
+                    found.append(f"{cls.__name__}.{name} is {seen[id(value)]}")
+                seen.setdefault(id(value), name)
+    return found
+
+
+def test_the_ledger_adapters_have_no_method_aliases() -> None:
+    """Issue 12 item 3: one name per ledger method, on the port and on each adapter."""
+    from nahida_workers.ledger.memory import MemoryLedger
+    from nahida_workers.ledger.sql import SqlLedger
+    from nahida_workers.ports import ChildLedger, Ledger
+
+    wrong = [a for c in (Ledger, ChildLedger, MemoryLedger, SqlLedger) for a in _aliases(c)]
+    assert not wrong, wrong
+
+
+def test_the_alias_finder_finds_one() -> None:
+    from nahida_workers.ledger.parts import forward
+
+    class Part:
+        def events(self) -> list[str]:
+            return []
+
+    class Adapter:
+        events = forward("part", Part.events)
+        run_events = forward("part", Part.events)
+
+        def seal(self) -> None: ...
+
+        finish = seal
+
+    assert sorted(_aliases(Adapter)) == [
+        "Adapter.finish is seal",
+        "Adapter.run_events forwards to events",
+    ]

@@ -79,3 +79,50 @@ def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
     parsed = parse_payload("assistant_output", {"text": capped, "turn": 0, "call_ids": []})
     assert isinstance(parsed, AssistantOutputPayload) and parsed.text == capped
     assert parsed.as_json() == {"text": capped, "turn": 0, "call_ids": []}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "parked", "awaiting": "child-1", "calls": ["c1"]},
+        {"kind": "parked", "calls": ["c1"]},
+        {"kind": "recovery", "epoch": "two", "closed": []},
+        {"kind": "stop_hook", "candidate": 3},
+        {"kind": "truncation", "attempt": [1]},
+        {"kind": "correction"},
+        {"kind": "repair", "anomaly": "malformed_tool_call", "turn": "last"},
+        {"kind": "bound", "bound": ["doom_loop"]},
+    ],
+)
+def test_the_read_edge_checks_the_shape_of_each_known_control_kind(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        parse_payload("control", bad)
+
+
+def test_every_control_kind_the_code_writes_has_a_shape_and_unknown_kinds_stay_open() -> None:
+    from nahida_workers.core.control_kinds import CONTROL_SHAPES
+
+    good = [
+        {"kind": "parked", "awaiting": ["k1", "k2"], "calls": ["c1", "c2"]},
+        {"kind": "recovery", "epoch": 2, "rebuilt": [], "rerun": ["c1"], "closed": ["c2"]},
+        {"kind": "stop_hook", "candidate": 4, "verdict": "block", "message": "m", "hook": "h"},
+        {"kind": "truncation", "attempt": 1},
+        {"kind": "correction", "stage": "evidence"},
+        {"kind": "repair", "anomaly": "malformed_tool_call", "turn": None},
+        {"kind": "bound", "bound": "doom_loop", "key": "Bash:abc"},
+    ]
+    assert {g["kind"] for g in good} == set(CONTROL_SHAPES)
+    for data in good:
+        assert parse_payload("control", data).as_json() == data
+    assert parse_payload("control", {"kind": "future", "x": [1]}).as_json() == {
+        "kind": "future",
+        "x": [1],
+    }
+
+
+def test_the_terminal_payload_names_its_child_and_worktree_keys() -> None:
+    data = {"state": "completed", "children_running": ["k1"], "commit": None, "branch": "b"}
+    assert parse_payload("terminal", data).as_json() == data
+    for bad in ({"children_running": "k1"}, {"commit": 7}, {"branch": ["b"]}):
+        with pytest.raises(ValidationError):
+            parse_payload("terminal", bad)

@@ -249,3 +249,48 @@ def test_cancelling_a_waiting_parent_cancels_its_children(w: World) -> None:
     w.pump()
     assert terminal(ledger, kid)["state"] == "cancelled"
     assert ledger.get_session(parent).status is SessionStatus.DONE
+
+
+def test_a_resumed_child_left_done_with_its_prompt_pending_is_requeued(w: World) -> None:
+    """resume_view -> CommitPoints.reopen_child: the parent never parks on a child nobody runs."""
+    kid = child_id(RUN, "call_a")
+    agents = {
+        **AGENTS,
+        "two": {
+            "tools": [],
+            "provider": {
+                "kind": "scripted",
+                "script": {
+                    "turns": [{"text": "First answer."}],
+                    "next_runs": [[{"text": "Second answer."}]],
+                },
+            },
+        },
+    }
+    parent = submit(
+        w,
+        [
+            {"text": "go", "tool_calls": [task("call_a", "two")]},
+            {"text": "again", "tool_calls": [task("call_r", "two", resume=kid)]},
+            {"text": "Both done."},
+        ],
+        agents=agents,
+    )
+    ledger, resumed = w.runner.ledger, False
+    while w.queue.published and not resumed:
+        w.pump(limit=1)
+        resumed = any(e.call_id == "call_r" for e in ledger.events(RUN))
+    assert resumed and ledger.get_session(parent).status is SessionStatus.WAITING
+    # the child's owner ended between its seal and the next-run check: its
+    # delivery is gone and it reads done, with the resume prompt still pending
+    w.queue.published[:] = [d for d in w.queue.published if d[0] != kid]
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, kid, SessionStatus.DONE, at=w.runner.clock.now())
+    w.dispatcher.redispatch(parent)
+    w.pump()
+    assert [e.payload["content"] for e in results(ledger, parent)] == [
+        "First answer.",
+        "Second answer.",
+    ]
+    assert len(ledger.runs_of(kid)) == 2
+    assert terminal(ledger, parent)["state"] == "completed"

@@ -1,0 +1,107 @@
+"""The checked shape of each known ``control`` event kind (DESIGN.md sections 3, 6 and 8).
+
+A ``control`` event puts a runtime decision on record, named by its
+``kind``.  :class:`~nahida_workers.core.event_payloads.ControlPayload`
+checks a payload of a kind named in :data:`CONTROL_SHAPES` against its
+shape when the ledger reads it (the read edge, like every payload); a kind
+not named here keeps its keys unchecked, and keys a shape does not name
+are kept as they were (older rows, fields a newer writer added).
+
+A new control kind (a session parked on its children, say) adds one shape
+below and one entry in :data:`CONTROL_SHAPES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "CONTROL_SHAPES",
+    "BoundControl",
+    "ControlShape",
+    "CorrectionControl",
+    "ParkedControl",
+    "RecoveryControl",
+    "RepairControl",
+    "StopHookControl",
+    "TruncationControl",
+]
+
+#: A string, or the ledger's capped record of a large one (``ledger/rules.py``).
+_Text = str | dict[str, Any]
+
+
+class ControlShape(BaseModel):
+    """Base of every control kind's shape: frozen, keeps keys it does not name."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    kind: str
+
+
+class CorrectionControl(ControlShape):
+    """``correction``: the completion stage that asked for another turn (section 6)."""
+
+    stage: str
+
+
+class RepairControl(ControlShape):
+    """``repair``: the one protocol repair turn for a provider anomaly (section 7)."""
+
+    anomaly: str
+    turn: int | None = None
+
+
+class BoundControl(ControlShape):
+    """``bound``: a loop bound told the model something (``key`` names the trigger)."""
+
+    bound: str
+    key: _Text | None = None
+
+
+class TruncationControl(ControlShape):
+    """``truncation``: a truncated turn's recovery, ``attempt`` counting from 1."""
+
+    attempt: int
+
+
+class StopHookControl(ControlShape):
+    """``stop_hook``: the stop hooks' verdict on a candidate answer (section 6)."""
+
+    candidate: int | None = None
+    verdict: str
+    message: _Text = ""
+    hook: _Text = ""
+
+
+class RecoveryControl(ControlShape):
+    """``recovery``: what a new owner (``epoch``) found open and how it settled it (section 3)."""
+
+    epoch: int
+    rebuilt: list[str] = []
+    rerun: list[str] = []
+    closed: list[str] = []
+
+
+class ParkedControl(ControlShape):
+    """``parked``: the session waits for child sessions (section 8).
+
+    ``awaiting`` are the child session ids, ``calls`` the Task calls they answer.
+    """
+
+    awaiting: list[str]
+    calls: list[str]
+
+
+#: The shape of each known control ``kind``.
+CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
+    "correction": CorrectionControl,
+    "repair": RepairControl,
+    "bound": BoundControl,
+    "truncation": TruncationControl,
+    "stop_hook": StopHookControl,
+    "recovery": RecoveryControl,
+    "parked": ParkedControl,
+}
