@@ -76,14 +76,18 @@ class Monitor:
     """Samples finished sessions and worker memory on its own thread.
 
     Records each worker's ``(VmRSS, VmHWM)`` when ``checkpoint`` sessions have
-    finished and when ``total`` have (or at :meth:`stop`).
+    finished and when ``total`` have (or at :meth:`stop`); with ``every`` > 0
+    also each time another ``every`` sessions have finished (``samples``:
+    sessions finished -> per-worker sample), so the growth's shape shows.
     """
 
     dsn: str
     workers: list[Worker]
     checkpoint: int
     total: int
+    every: int = 0
     finished: int = 0
+    samples: dict[int, dict[str, tuple[float, float]]] = field(default_factory=dict)
     at_checkpoint: dict[str, tuple[float, float]] = field(default_factory=dict)
     at_end: dict[str, tuple[float, float]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -119,6 +123,14 @@ class Monitor:
                 continue
         return out
 
+    def _intermediate(self) -> None:
+        """Take the next ``every``-sessions sample if it is due."""
+        if self.every <= 0:
+            return
+        due = (self.finished // self.every) * self.every
+        if due > 0 and due not in self.samples:
+            self.samples[due] = self._sample()
+
     def _run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self._stop.is_set():
@@ -128,6 +140,7 @@ class Monitor:
                 self.finished = int(row[0]) if row else 0
                 if not self.at_checkpoint and self.finished >= self.checkpoint:
                     self.at_checkpoint = self._sample()
+                self._intermediate()
                 if self.finished >= self.total:
                     self.at_end = self._sample()
                     return
@@ -213,6 +226,9 @@ def memory_report(monitor: Monitor, checkpoint: int, finished: int) -> None:
             f"{growth * 1024 / max(1, finished - checkpoint):+.2f} KB"
             " per session the fleet finished)"
         )
+    for done, sample in sorted(monitor.samples.items()):
+        cells = ", ".join(f"{name} {rss:.1f}" for name, (rss, _) in sorted(sample.items()))
+        print(f"RSS after {done} sessions (MB): {cells}")
     if not monitor.at_checkpoint:
         print("memory: no checkpoint sample (too few sessions finished)")
     elif grew:
@@ -228,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=500)
     parser.add_argument("--checkpoint", type=int, default=100, help="first RSS sample")
+    parser.add_argument(
+        "--rss-every", type=int, default=0, help="also sample RSS every N finished sessions"
+    )
     parser.add_argument("--session-workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=4, help="threads per session worker")
     parser.add_argument("--tool-concurrency", type=int, default=8, help="tool worker threads")
@@ -265,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             session_workers, tool_worker = start_workers(fleet, args)
             dispatcher = fleet.dispatcher(ledger)
-            monitor = Monitor(dsn, [*session_workers, tool_worker], checkpoint, n)
+            monitor = Monitor(
+                dsn, [*session_workers, tool_worker], checkpoint, n, every=args.rss_every
+            )
             monitor.start()
             first_dispatch = datetime.now(UTC)
             for _ in range(n):

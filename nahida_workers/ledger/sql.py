@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
@@ -81,6 +81,10 @@ __all__ = ["SqlLedger", "SqlTx", "make_engine"]
 DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
 #: Owners whose run facts are carried between commit points (LRU bound).
 CARRIED_FACTS_MAX = 4096
+#: Runs whose session id is remembered across transactions (LRU bound). The
+#: pair never changes, so a forgotten run costs one SELECT on its next write;
+#: unbounded, a session worker kept every run it ever wrote (issue 15).
+RUN_SESSIONS_MAX = 4096
 
 
 def _raise_mapped(exc: BaseException) -> None:
@@ -121,9 +125,9 @@ class SqlLedger:
             engine = make_engine(url)
         self.engine = engine
         self.payload_max_bytes = payload_max_bytes
-        self._run_session: dict[str, str] = {}
+        self._run_session: OrderedDict[str, str] = OrderedDict()
         self._carried: OrderedDict[Any, RunFacts] = OrderedDict()
-        self._carried_lock = threading.Lock()
+        self._carried_lock = threading.Lock()  # guards _carried and _run_session
         self.pg = engine.dialect.name == "postgresql"
         # Reads: autocommit on PostgreSQL (no BEGIN/ROLLBACK round trips),
         # deferred transactions on SQLite.
@@ -218,7 +222,7 @@ class SqlLedger:
                     yield tx
             # Only committed runs enter the process-wide cache: a rolled-back
             # run must stay unknown.
-            self._run_session.update(tx.runs)
+            self._remember_runs(tx.runs)
             if fast and tx.fence is not None:
                 self.carry(carry_key, tx.facts.get(run_id or ""))
         except BaseException as exc:
@@ -294,6 +298,17 @@ class SqlLedger:
         tx.fence, tx.pending = fence, None
         tx.cancel_requested = written.cancel_requested
         tx.pending_inbox = written.pending_inbox
+
+    def _remember_runs(self, runs: Mapping[str, str]) -> None:
+        """Remember committed runs' session ids, the most recent ``RUN_SESSIONS_MAX``."""
+        if not runs:
+            return
+        with self._carried_lock:
+            for run_id, session_id in runs.items():
+                self._run_session[run_id] = session_id
+                self._run_session.move_to_end(run_id)
+            while len(self._run_session) > RUN_SESSIONS_MAX:
+                self._run_session.popitem(last=False)
 
     def _carried_facts(self, key: Any) -> RunFacts | None:
         with self._carried_lock:
