@@ -1,6 +1,6 @@
 """Chaos run of the real fleet: crashes, pauses and outages lose nothing and repeat nothing.
 
-Issue 6 item 6.  N sessions of a scripted plan run on K ``celery -A tasks
+N sessions of a scripted plan run on K ``celery -A tasks
 worker -Q sessions`` processes and one ``-Q tools`` process, over a private
 ``redis-server`` (a free port, no persistence) and a scratch PostgreSQL
 database.  While they run, the harness SIGKILLs session workers that own

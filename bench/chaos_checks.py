@@ -105,7 +105,7 @@ def read_deliveries(path: Path) -> Counter[str]:
 def check_deliveries(dump: LedgerDump, executions: Counter[str], out: Findings) -> None:
     """Check 2 -- the deliver side effect happened at most once, and only when committed.
 
-    DESIGN.md section 5 / issue 6 (a non-idempotent tool is never re-run by
+    DESIGN.md section 5 (a non-idempotent tool is never re-run by
     recovery) and section 3 steps 3 and 5 (a call runs only after its
     ``tool_call`` committed; an ``ok`` result is committed only after it ran):
     per idempotency key at most one execution; exactly one for every call
@@ -276,7 +276,7 @@ def log_counts(workers: list[Worker]) -> dict[str, int]:
 
 
 def count_calls_without_receipt(dump: LedgerDump, out: Findings) -> None:
-    """Every committed tool call has exactly one receipt (issue 10 item 7), as a count.
+    """Every committed tool call has exactly one receipt (DESIGN.md section 2), as a count.
 
     A call recovery closed as ``interrupted`` (or that was aborted or refused)
     has a synthetic receipt with that status; ``runs show`` and the report

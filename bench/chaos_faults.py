@@ -2,7 +2,7 @@
 
 Each fault is noted on the :class:`~bench.chaos_rig.Tally` timeline.  A worker
 that exits on its own is recorded as a failure of the run and NOT replaced
-(issue 11 item 8: a supervisor would hide a crash that the fleet must not have).
+(a supervisor would hide a crash that the fleet must not have).
 With ``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
 that owns sessions (the OOM killer's way), not the pool parent, which
 requeues the child's message and starts a new child.

@@ -1,4 +1,4 @@
-"""The "hostile input" fault of a chaos run (issue 11): odd input mixed into the sessions.
+"""The "hostile input" fault of a chaos run: odd input mixed into the sessions.
 
 Every :data:`HOSTILE_EVERY`-th session meets, besides the usual plan, a FIFO
 (Write onto it, Read and Grep of it), a catastrophic regex (Grep

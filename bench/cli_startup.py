@@ -1,6 +1,6 @@
 """CLI start-up: whole-process wall time of ``nahida --help`` and ``nahida status --local``.
 
-Issue 15 item 5: each <= 0.5 s, median of 7.  Every run is a fresh process of
+Target: each <= 0.5 s, median of 7.  Every run is a fresh process of
 the installed console script (the interpreter, imports, the command, exit),
 timed from ``fork`` to ``wait``.  ``status --local`` reads a SQLite ledger
 made by one small local batch first (so it lists a batch and its sessions,

@@ -1,4 +1,4 @@
-"""Fan-out of read-only tool calls over the real ``tools`` queue (issue 3).
+"""Fan-out of read-only tool calls over the real ``tools`` queue (DESIGN.md section 3 step 4).
 
 Workload: 8 read-only, concurrency-safe calls that each take 200 ms
 (``nahida_workers.testing.tools:Sleep``), started as one parallel batch by

@@ -1,4 +1,4 @@
-"""Throughput, latency and memory of the real distributed fleet (issue 3).
+"""Throughput, latency and memory of the real distributed fleet (DESIGN.md section 1).
 
 Workload: bench/loop.py's -- per session 10 provider turns x 4 no-op tool
 calls (``nahida_workers.testing.tools:Noop``, loaded by import path so the

@@ -1,4 +1,4 @@
-"""Per-session cost of the durable loop on the real PostgreSQL (issue 3).
+"""Per-session cost of the durable loop on the real PostgreSQL (DESIGN.md section 3).
 
 Workload: one session of 10 provider turns x 4 tool calls, then a final
 answer; zero-latency scripted provider; no-op tools run inline; the full
@@ -17,7 +17,7 @@ Baselines measured in the same run, on the same server:
     python -m bench.loop --sessions 40
     python -m bench.loop --quick          # 5 sessions: the suite's smoke test
 
-Targets (issue 15 item 1): ratio to the minimal baseline <= 1.5; at least
+Targets: ratio to the minimal baseline <= 1.5; at least
 2x faster than the dict-state LangGraph graph.  The run also checks that
 both loops wrote the same rows (events and receipts per session) and that
 every session of ours completed; it exits 1 when they did not.

@@ -1,4 +1,4 @@
-"""Fire-to-first-provider-call latency of scheduled jobs (issue 14; issue 15 item 4).
+"""Fire-to-first-provider-call latency of scheduled jobs (DESIGN.md section 8).
 
 A real ``celery -A tasks beat`` ticks every ``--tick`` seconds; a real
 ``celery -A tasks worker -Q sessions`` runs the tick and the sessions; the

@@ -1,4 +1,4 @@
-"""Per-turn cost against session length (issue 15 item 3).
+"""Per-turn cost against session length (target: linear cost).
 
 Workload: one long session of ``--turns`` provider turns (default 200), each
 with 4 no-op tool calls of distinct input, then a final answer; zero-latency

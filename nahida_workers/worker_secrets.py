@@ -208,7 +208,7 @@ def redact(text: str) -> str:
     text = _store.mask(text)
     # Every pattern needs one of these (see _KEY_SHAPES, _URL_PASSWORD,
     # _ENV_ASSIGNMENT): six substring tests spare almost all stored text the
-    # hint loops below (issue 15: redaction runs on every payload string).
+    # hint loops below (redaction runs on every payload string: a hot path).
     if (
         "-" not in text
         and "_" not in text
@@ -285,7 +285,7 @@ def _wipe_original_block(keep: Mapping[str, str]) -> None:
         return
     if not 0 < start < end or end - start > 1 << 24:
         return
-    import ctypes  # here: the CLI imports this module and never wipes (start-up, issue 15)
+    import ctypes  # here: the CLI imports this module and never wipes (CLI start-up budget)
 
     os.environ.clear()  # unsetenv every name: nothing points into the old block any more
     for name, value in keep.items():

@@ -367,7 +367,7 @@ def main() -> None:
 
     # Pydantic scans every installed distribution's entry points for plugins
     # when it builds its first model (~10 ms of a start-up budget of 500,
-    # issue 15 item 5); the CLI uses none.  An explicit setting is kept.
+    # ``bench/cli_startup``); the CLI uses none.  An explicit setting is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     argv = sys.argv[1:]
     debug = "--debug" in argv

@@ -139,7 +139,7 @@ def compact(
 
 
 class Compactor:
-    """:func:`compact` over a transcript that grows at its end, from what is new (issue 15).
+    """:func:`compact` over a transcript that grows at its end, from what is new (linear cost).
 
     The caller passes the transcript as a *settled* prefix that only grows
     between calls (whole groups that never change: ``Projection.settled``)

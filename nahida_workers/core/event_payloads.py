@@ -294,7 +294,7 @@ def mark_cleaned(payload: PayloadModel) -> None:
 
 
 def is_cleaned(payload: object) -> bool:
-    """``payload`` was marked by :func:`mark_cleaned`: storable as it is (issue 15).
+    """``payload`` was marked by :func:`mark_cleaned`: storable as it is, not cleaned again.
 
     A mark, not a field, so payload equality is untouched.
     """

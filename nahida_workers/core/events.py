@@ -189,7 +189,7 @@ class CompletionContract(_Frozen):
         allow_unfinished_children: a session may end ``completed`` while
             child sessions it started (``mode: background``) still run; by
             default it ends ``incomplete/children_unfinished`` instead
-            (DESIGN.md section 8, issue 13).
+            (DESIGN.md section 8).
     """
 
     evidence: EvidenceMode = EvidenceMode.NONE
@@ -214,7 +214,7 @@ class Event(_Frozen):
     type: EventType
     # Made a payload model by _typed_payload (below) before field validation;
     # not validated again as a union (that read every key of the model, for
-    # each member tried -- issue 15).
+    # each member tried: a hot path of ``bench/loop``).
     payload: SkipValidation[EventPayload] = Field(default_factory=ControlPayload)
     call_id: str | None = None
     epoch: int = 0
@@ -296,8 +296,8 @@ def input_fingerprint(arguments: Any) -> str:
     """sha256 hex digest of :func:`canonical_json` of a tool input.
 
     Never raises for odd text: a lone surrogate is hashed as its UTF-8-like
-    bytes (``surrogatepass``), so the fingerprint exists for any input (issue
-    11 item 4); non-JSON values hash as their string form.
+    bytes (``surrogatepass``), so the fingerprint exists for any input (a side
+    effect always gets its receipt); non-JSON values hash as their string form.
     """
     text = json.dumps(
         arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str

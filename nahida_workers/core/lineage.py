@@ -1,4 +1,4 @@
-"""Rows and limits of child sessions (DESIGN.md section 8, issue 13).
+"""Rows and limits of child sessions (DESIGN.md section 8).
 
 Plain values the ledger's child port (``ports.ChildLedger``) reads and
 writes: where a child sits in its tree, what a ``waiting`` parent awaits,

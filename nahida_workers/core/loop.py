@@ -370,7 +370,7 @@ def _truncated(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
 
 
 def _transcript(state: RunState, config: LoopConfig) -> list[Message]:
-    """The request's messages, projected and compacted from what is new (issue 15 item 3)."""
+    """The request's messages, projected and compacted from what is new (linear cost)."""
     # A session is a conversation (DESIGN.md section 8): earlier runs come first.
     projection = state.projection
     if projection is None:
@@ -437,7 +437,7 @@ def _judge_candidate(
 def _settle(action: Settle, config: LoopConfig, signals: Signals, answer: str) -> Finish:
     """The policy's verdict -- never ``completed`` while a child it started is unfinished.
 
-    DESIGN.md section 8 (issue 13): a session whose background children
+    DESIGN.md section 8: a session whose background children
     still run ends ``incomplete/children_unfinished`` unless the contract's
     ``allow_unfinished_children`` says the job does not depend on them.
     """

@@ -12,7 +12,7 @@ tool_call         call_id, name, arguments, arguments_error, raw_arguments, turn
 tool_result       call_id, name, status, content, is_error, synthetic, evidence_kind;
                   optional reason (why a call was not run, e.g. doom_loop)
 provider_anomaly  code, detail, turn
-control           kind, plus kind-specific keys; child sessions (issue 13):
+control           kind, plus kind-specific keys; child sessions (section 8):
                   ``parked`` {awaiting: [child ids], calls: [Task call ids]}
 terminal          state, reason, failure_code, final_text
 ================  ===========================================================

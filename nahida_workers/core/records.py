@@ -111,7 +111,7 @@ class SessionRecord(_Record):
     @classmethod
     def _storable_config(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if info.context and info.context.get(STORED_ROW):
-            return value  # read back from the ledger: cleaned when it was written (issue 15)
+            return value  # read back from the ledger: already cleaned when written
         return clean_json(value)  # type: ignore[no-any-return]
 
     @field_validator("idempotency_key")

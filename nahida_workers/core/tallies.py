@@ -3,9 +3,9 @@
 :class:`Tallies` lives in :class:`~nahida_workers.core.state.RunState` and is
 updated by ``RunState.apply`` as each committed event folds in, so the bound
 checks of ``core/bounds.py`` cost what is new in a turn, not the run's whole
-history (issue 15 item 3).  It holds nothing the ledger does not: a state
-rebuilt from the ledger on takeover folds the same events and gets the same
-counters.
+history (cost linear in session length).  It holds nothing the ledger does
+not: a state rebuilt from the ledger on takeover folds the same events and
+gets the same counters.
 
 The action streak is kept as a checkpoint: the fold over the longest prefix
 of calls (in provider order) whose results are all committed.  A call's step

@@ -55,7 +55,7 @@ def project(
 
 
 class Projection:
-    """The projection of a growing event list, built from what is new (issue 15 item 3).
+    """The projection of a growing event list, built from what is new (linear cost).
 
     Feed committed events in order (:meth:`feed`, or :meth:`follow` for a
     list that only grows); :meth:`messages` returns exactly what

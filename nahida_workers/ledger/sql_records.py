@@ -74,7 +74,7 @@ _BUMP_EPOCH = (
 # off for this statement's own transaction only: ``set_config(..., true)`` in
 # an InitPlan, evaluated once before the update).  A later durable commit
 # flushes it with everything before it.  One WAL flush fewer per dispatch
-# (issue 15); ``current_setting`` in RETURNING shows the mode it committed in.
+# (``bench/fleet`` throughput); ``current_setting`` in RETURNING shows the mode it committed in.
 _MARK_PUBLISHED_PG = pg_raw.Fixed(
     _MARK_PUBLISHED.where(
         select(func.set_config("synchronous_commit", "off", True)).scalar_subquery().is_not(None)

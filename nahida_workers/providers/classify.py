@@ -7,7 +7,7 @@ Pure (no I/O).  The rules:
   ``arguments_error`` and ``raw_arguments`` set and ``arguments == {}`` -- the
   runtime answers it with a tool error the model can correct; never raised.
 * A call with no name (empty, all whitespace, or not a string on the wire)
-  or no id is not a parsable call (issue 10 item 3): it cannot run, and an
+  or no id is not a parsable call (DESIGN.md section 7): it cannot run, and an
   error result would answer nothing the model can name.  It is dropped and an
   ``Anomaly("malformed_tool_call", {"dropped": n, "calls": [...]})`` is
   attached; a turn left with no call is then judged like any turn without

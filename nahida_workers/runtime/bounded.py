@@ -1,23 +1,23 @@
 """Running one tool call on its own thread, so the runtime can stop waiting for it.
 
-Issue 11 item 1: a tool that blocks (a FIFO, a dead NFS mount, a C extension
-that never returns) must not block the session worker.  Each call runs on a
-daemon thread; the runtime waits at most the tool's timeout, measured from
-the moment the call started, and meanwhile keeps polling the run's abort
-signal (cancel requested, lease lost, wall-clock budget spent).  When it
-gives up it asks the tool to stop (the call's cancel event), waits a short
-grace for the tool's own answer (Bash kills its process group and reports
-what it saw), and otherwise records the call ``timed_out`` or ``aborted``
-with "outcome unknown" and moves on.  A thread that never returns keeps
-nothing alive: it is a daemon, it no longer holds a pool slot, and the lease
-heartbeat stops with the session (DESIGN.md section 4).
+No tool can block a worker past its timeout: a tool that blocks (a FIFO, a
+dead NFS mount, a C extension that never returns) must not block the session
+worker.  Each call runs on a daemon thread; the runtime waits at most the
+tool's timeout, measured from the moment the call started, and meanwhile keeps
+polling the run's abort signal (cancel requested, lease lost, wall-clock
+budget spent).  When it gives up it asks the tool to stop (the call's cancel
+event), waits a short grace for the tool's own answer (Bash kills its process
+group and reports what it saw), and otherwise records the call ``timed_out``
+or ``aborted`` with "outcome unknown" and moves on.  A thread that never
+returns keeps nothing alive: it is a daemon, it no longer holds a pool slot,
+and the lease heartbeat stops with the session (DESIGN.md section 4).
 
-Call threads are reused (issue 15): starting a thread costs a context-switch
-round trip (``Thread.start`` waits for the new thread to run), which was a
-quarter of a zero-latency session.  A call thread that finished parks for
-:data:`IDLE_S` seconds and takes the next call; one that never returns is
-never reused.  Each call runs in a fresh :mod:`contextvars` context, as on a
-new thread.
+Call threads are reused (per-session cost, ``bench/loop``): starting a thread
+costs a context-switch round trip (``Thread.start`` waits for the new thread
+to run), which was a quarter of a zero-latency session.  A call thread that
+finished parks for :data:`IDLE_S` seconds and takes the next call; one that
+never returns is never reused.  Each call runs in a fresh :mod:`contextvars`
+context, as on a new thread.
 """
 
 from __future__ import annotations

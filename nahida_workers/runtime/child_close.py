@@ -1,4 +1,4 @@
-"""What a seal does for child sessions (DESIGN.md section 8, issue 13 part B).
+"""What a seal does for child sessions (DESIGN.md section 8).
 
 Both run inside the seal's transaction:
 

@@ -1,4 +1,4 @@
-"""What ``TaskOutput`` reports of a child session (DESIGN.md section 8, issue 13).
+"""What ``TaskOutput`` reports of a child session (DESIGN.md section 8).
 
 Read from the ledger only.  A session may read the sessions of its own tree
 that descend from it (its children, their children ...): an id that is

@@ -1,4 +1,4 @@
-"""``isolation: worktree`` children: the launcher owns the filesystem (issue 13 item 6, B22).
+"""``isolation: worktree`` children: the launcher owns the filesystem (DESIGN.md section 5, B22).
 
 The loop never sees a worktree.  The runtime, around it:
 

@@ -1,6 +1,6 @@
 """Child sessions on the runtime side: stable ids, spawn rows, views, completions.
 
-DESIGN.md section 8 (issue 13 part A).  A child's id is derived from its
+DESIGN.md section 8 (subagents: spawn and identity).  A child's id is derived from its
 parent's run and the Task call (:func:`child_id`), so a parent killed
 anywhere between committing the call and parking can never start a second
 child for it: the spawn is an idempotent insert by that id, done in the

@@ -1,6 +1,6 @@
 """A session is a conversation: the history a later run starts from (DESIGN.md section 8).
 
-Issue 10 item 4: a run started after an earlier run sealed (steering after a
+DESIGN.md section 8: a run started after an earlier run sealed (steering after a
 seal, ``--after-run``) must see the session's whole history -- every earlier
 run's input, answers, tool calls and results -- before its own events.  The
 core projects them (``RunState.history``) under the usual pairing and

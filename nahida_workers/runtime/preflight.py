@@ -1,4 +1,4 @@
-"""A job is checked before anything runs, at every entry point (issue 10 item 9).
+"""A job is checked before anything runs, at every entry point: a usage error, not a failed run.
 
 ``nahida batch``, ``nahida schedule add/apply`` and ``POST /v1/sessions``
 all build the job's tools and provider once and check what a scripted

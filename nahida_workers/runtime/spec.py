@@ -91,7 +91,7 @@ class ParentClose(StrEnum):
 
     ``cancel``: the parent's seal requests the child's cancel (and re-dispatches
     it so a parked child can seal ``cancelled``); ``abandon``: the child keeps
-    running.  DESIGN.md section 8, issue 13.
+    running.  DESIGN.md section 8.
     """
 
     CANCEL = "cancel"
@@ -99,7 +99,7 @@ class ParentClose(StrEnum):
 
 
 class AgentProfile(_Spec):
-    """A child agent a job's ``Task`` tool may start (issue 13, DESIGN.md section 8).
+    """A child agent a job's ``Task`` tool may start (DESIGN.md section 8).
 
     A child's config snapshot is this profile plus the Task call's prompt
     (:meth:`SessionSpec.child_spec`).
@@ -136,7 +136,7 @@ class SessionSpec(_Spec):
         stop_hooks: ``module:function`` paths of stop hooks (see
             ``runtime/hooks.py``).
         channel: which user-visible events watchers see (``runtime/channel.py``).
-        agents: profiles the ``Task`` tool may start, by name (issue 13).
+        agents: profiles the ``Task`` tool may start, by name (DESIGN.md section 8).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
     """

@@ -1,12 +1,13 @@
 """Grep: search file contents with an RE2 regular expression (linear time).
 
-Issue 11 item 2: Python's ``re`` backtracks -- ``^(a+)+$`` against a long line
-of ``a`` followed by ``!`` runs for minutes holding the GIL, freezing every
-thread of the worker (its lease heartbeat included).  RE2 matches in time
-linear in the text whatever the pattern, so no pattern can freeze a process;
-patterns RE2 does not support (backreferences, look-around) are refused with
-an error the model can act on.  Files are opened through
-:mod:`~nahida_workers.tools.safe_open` (no FIFO is ever opened, no symlink race).
+A pathological regex cannot freeze a process: Python's ``re`` backtracks --
+``^(a+)+$`` against a long line of ``a`` followed by ``!`` runs for minutes
+holding the GIL, freezing every thread of the worker (its lease heartbeat
+included).  RE2 matches in time linear in the text whatever the pattern, so no
+pattern can freeze a process; patterns RE2 does not support (backreferences,
+look-around) are refused with an error the model can act on.  Files are opened
+through :mod:`~nahida_workers.tools.safe_open` (no FIFO is ever opened, no
+symlink race).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every process the tools start, and the gate that stops them all at once.
 
-Issue 16 item 6: after Ctrl-C in ``nahida batch --local`` no process the
+After Ctrl-C in ``nahida batch --local`` no process the
 batch started may outlive it, whatever instant the signal lands.  A single
 scan of /proc is not enough: a child between ``fork`` and ``setsid`` still
 shares our process group (a group kill skips it), and a worker thread whose

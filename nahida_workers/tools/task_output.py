@@ -1,4 +1,4 @@
-"""TaskOutput: a child session's status, runs and final result, by id (issue 13).
+"""TaskOutput: a child session's status, runs and final result, by id (DESIGN.md section 8).
 
 Offered by the runtime to every session that may start children (its job
 lists ``Task``); never part of a job's tool list.  Read-only,

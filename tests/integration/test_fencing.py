@@ -7,8 +7,8 @@ writes no row and runs no further tool: another worker took the session over
 
 from __future__ import annotations
 
+import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -70,9 +70,11 @@ def test_a_paused_owner_resumed_after_its_lease_writes_nothing_and_runs_nothing(
         paused.kill(signal.SIGSTOP)
         leases = RedisLeaseStore.from_url(f"{redis_server}/{LEASE_DB}", key_prefix=fleet.prefix)
         wait_for(lambda: leases.holder(sid) is None, timeout=10, what="the lease to expire")
-        time.sleep(0.3)
         sweeper = Sweeper(pg, leases, dispatcher, SystemClock(), redispatch_after_s=0.1)
-        assert sweeper.sweep().redispatched == (sid,)
+        redispatched = wait_for(  # once the session has been quiet for redispatch_after_s
+            lambda: sweeper.sweep().redispatched, timeout=10, what="the sweeper to re-dispatch"
+        )
+        assert redispatched == (sid,)
         fleet.start_worker(name="heir")
         wait_done(pg, sid, timeout=30)
         run = pg.runs_of(sid)[0]
@@ -86,7 +88,11 @@ def test_a_paused_owner_resumed_after_its_lease_writes_nothing_and_runs_nothing(
             timeout=20,
             what="the resumed owner to notice it lost the lease",
         )
-        time.sleep(1.0)  # give a wrong implementation the chance to write or run
+        wait_for(  # the resumed owner's delivery ends: a wrong implementation wrote or ran by now
+            lambda: re.search(r"run_session\[[^\]]*\] (succeeded|raised)", paused.text()),
+            timeout=20,
+            what="the resumed owner's delivery to end",
+        )
         after = pg.events(run.run_id)
         assert after == before, "the resumed owner wrote a row"
         assert _lines(second) == ["b"], "the resumed owner ran a further tool"

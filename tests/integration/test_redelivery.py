@@ -195,9 +195,11 @@ def test_a_session_that_kills_its_worker_every_time_ends_poison_session(
         assert sorted(r.call_id for r in pg.receipts(run.run_id)) == ["k0", "k1", "k2"]
         # The owner hands the session back (close_owner) just after its seal:
         # wait for that write instead of racing it.
-        deadline = time.monotonic() + 10
-        while pg.get_session(sid).open_epoch is not None and time.monotonic() < deadline:  # type: ignore[union-attr]
-            time.sleep(0.05)
+        wait_for(
+            lambda: pg.get_session(sid).open_epoch is None,  # type: ignore[union-attr]
+            timeout=10,
+            what="the owner to hand the session back",
+        )
         assert pg.get_session(sid).crash_streak == 0  # type: ignore[union-attr]  # the seal is progress
     finally:
         fleet.stop()

@@ -9,7 +9,9 @@
 * ``ruff check`` passes on the repository (the lint of every habit);
 * in ``runtime/``, only :data:`TRANSACTION_OWNERS` open a ledger transaction:
   every commit point of a session owner is a named method of
-  ``runtime/commits.py`` (DESIGN.md section 3, STYLE.md habit 11).
+  ``runtime/commits.py`` (DESIGN.md section 3, STYLE.md habit 11);
+* no module of ``nahida_workers/`` or ``tasks/`` cites "issue N": a docstring
+  or comment names the DESIGN.md section it implements or says the rule.
 
 Alembic migrations are exempt from the length rule: they are frozen history
 (add-only, never edited after release).
@@ -18,6 +20,7 @@ Alembic migrations are exempt from the length rule: they are frozen history
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +57,11 @@ TRANSACTION_OWNERS = frozenset(
         "nahida_workers.runtime.inbox",
     }
 )
+
+
+# "issue 13", "Issue 15 item 5", "issues 14", "issue #3", "issue-6", and one
+# broken over a comment line ("issue\n    # 11").
+_ISSUE_CITATION = re.compile(r"\bissues?[\s#-]+\d", re.IGNORECASE)
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
@@ -280,3 +288,25 @@ def test_the_alias_finder_finds_one() -> None:
         "Adapter.finish is seal",
         "Adapter.run_events forwards to events",
     ]
+
+
+def issue_citations(text: str) -> list[int]:
+    """Line numbers (1-based) where ``text`` cites an issue by number."""
+    return [text.count("\n", 0, m.start()) + 1 for m in _ISSUE_CITATION.finditer(text)]
+
+
+def test_no_module_cites_an_issue_number() -> None:
+    """Code cites DESIGN.md sections or the rule itself, never "issue N" (issue 12 item 7)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for folder in (PACKAGE, ROOT / "tasks")
+        for path in sorted(folder.rglob("*.py"))
+        for line in issue_citations(path.read_text(encoding="utf-8"))
+    ]
+    assert not wrong, f"cite the DESIGN.md section or say the rule instead: {wrong}"
+
+
+def test_the_issue_finder_finds_one() -> None:
+    text = '"""Closes (Issue 15 item 5).\n\nSee issue #3, issue-6 and issues\n    # 14."""\n'
+    assert issue_citations(text) == [1, 3, 3, 3]
+    assert issue_citations("an issue is filed; tissue 3; issued 2 days; issue_id = 4\n") == []

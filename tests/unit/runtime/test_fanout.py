@@ -32,6 +32,7 @@ from nahida_workers.testing import (
     run_inline,
     scripted_spec,
 )
+from nahida_workers.testing.fleet import wait_for
 from nahida_workers.testing.tools import ExclusiveProbe, Probe, Sleep
 from nahida_workers.tools.base import Placement, ToolRegistry
 from tests.conftest import load_case
@@ -205,7 +206,12 @@ def test_abort_mid_batch_bumps_the_epoch_and_aborts_what_is_outstanding(
         ToolCall(call_id="slow", name="Sleep", arguments={"ms": 5000}),
     ]
     pending = executor.start(calls, job, registry)
-    time.sleep(0.1)  # let "fast" finish: it arrived in the current epoch
+    fast = pending.slots[0]
+    wait_for(  # "fast" finishes first: it arrived in the current epoch
+        lambda: fast.thread.result(0) if fast.thread else remote.wait(fast.task_id, 0),  # type: ignore[union-attr, arg-type]
+        timeout=10,
+        what='"fast" to finish',
+    )
     threading.Timer(0.2, abort.set).start()
     started = time.monotonic()
     out = executor.gather(pending, job)
