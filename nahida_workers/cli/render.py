@@ -92,22 +92,29 @@ _NUM: dict[str, Any] = {"no_wrap": True, "justify": "right"}
 
 
 def runs_table(session_id: str, runs: Sequence[RunRecord]) -> Table:
-    """Every run of one session, oldest first: id, state, reason, start, end."""
+    """Every run of one session, oldest first: id, state, reason, start, duration.
+
+    No cell ever wraps: the widest row (a short id, ``unverified``, a reason
+    such as ``provider_protocol_invalid``, the start as month-day and time,
+    a duration) fits an 80-column terminal; ``--json`` has the full ids and
+    timestamps.
+    """
     short = shortener(r.run_id for r in runs)
     table = Table(title=f"session {session_id}: {len(runs)} run(s)")
     table.add_column("run", no_wrap=True, min_width=8)
     table.add_column("state", no_wrap=True, min_width=10)
-    table.add_column("reason", overflow="fold")
+    table.add_column("reason", no_wrap=True)
     table.add_column("started", no_wrap=True)
-    table.add_column("ended", no_wrap=True)
+    table.add_column("took", no_wrap=True, justify="right")
     for run in runs:
         state = run.terminal_state.value if run.terminal_state else "open"
+        took = (run.ended_at - run.started_at).total_seconds() if run.ended_at else None
         table.add_row(
             short[run.run_id],
             _state(state),
             run.terminal_reason.value if run.terminal_reason else "-",
-            run.started_at.isoformat(sep=" ", timespec="seconds")[:19],
-            run.ended_at.isoformat(sep=" ", timespec="seconds")[:19] if run.ended_at else "-",
+            run.started_at.strftime("%m-%d %H:%M:%S"),
+            f"{took:.1f}s" if took is not None else "-",
         )
     return table
 

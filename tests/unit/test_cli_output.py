@@ -153,3 +153,47 @@ def test_the_overlap_choices_are_the_schedule_models() -> None:
     from nahida_workers.schedules.model import Overlap
 
     assert [c.value for c in OverlapChoice] == [o.value for o in Overlap]
+
+
+def test_runs_list_never_wraps_a_reason_or_state_at_80_columns() -> None:
+    """``runs list`` at 80 columns: every id, state and reason on one line, whole.
+
+    The widest reason code was folded over two lines (``answer_a`` /
+    ``ccepted``) when the table also carried full start and end timestamps.
+    """
+    from datetime import UTC, datetime, timedelta
+
+    from nahida_workers.core.events import ReasonCode, TerminalState
+    from nahida_workers.core.records import RunRecord
+
+    start = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
+    widest = max(ReasonCode, key=lambda r: len(r.value))
+    runs = [
+        RunRecord(
+            run_id=f"{i:02d}" + "b" * 30,
+            session_id="s" * 32,
+            provider="scripted",
+            model="scripted",
+            trace_id="t",
+            started_at=start,
+            ended_at=start + timedelta(seconds=3.25),
+            terminal_state=state,
+            terminal_reason=reason,
+        )
+        for i, (state, reason) in enumerate(
+            [
+                (TerminalState.UNVERIFIED, widest),
+                (TerminalState.COMPLETED, ReasonCode.ANSWER_ACCEPTED),
+            ]
+        )
+    ]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(render.runs_table("s" * 32, runs))
+    lines = console.export_text().splitlines()
+    short = shortener(r.run_id for r in runs)
+    for run in runs:
+        row = next(line for line in lines if short[run.run_id] in line)
+        assert run.terminal_state is not None and run.terminal_reason is not None
+        assert run.terminal_state.value in row and run.terminal_reason.value in row
+        assert "3.2s" in row
+    assert "…" not in "\n".join(lines)
