@@ -83,7 +83,7 @@ DEFAULT_PAYLOAD_MAX_BYTES = 256 * 1024
 CARRIED_FACTS_MAX = 4096
 #: Runs whose session id is remembered across transactions (LRU bound). The
 #: pair never changes, so a forgotten run costs one SELECT on its next write;
-#: unbounded, a session worker kept every run it ever wrote (issue 15).
+#: unbounded, a session worker kept every run it ever wrote (its RSS grew with every session).
 RUN_SESSIONS_MAX = 4096
 
 
