@@ -183,12 +183,6 @@ def test_a_stream_cut_mid_answer_leaves_no_partial_output(ledger: Any, tmp_path:
     assert run.terminal_state.value == "failed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: providers/classify.py keeps the text of a stream that ended before its "
-    "end marker (anomaly stream_truncated, stop_reason other) and the loop accepts it: the run "
-    "ends completed/answer_accepted with half an answer (DESIGN.md section 6: honest states)",
-)
 def test_a_stream_ended_before_its_end_marker_is_not_a_completed_answer(tmp_path: Path) -> None:
     ledger = MemoryLedger()
     run_id, seen = _stream_run(ledger, tmp_path, cut="eof")
