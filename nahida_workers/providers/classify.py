@@ -19,10 +19,12 @@ Pure (no I/O).  The rules:
   (OpenAI ``refusal``), else the API's reason, normalised.  When the API's reason
   disagrees with what was parsed an ``Anomaly("finish_reason_mismatch",
   {"finish_reason": raw, "parsed_tool_calls": n})`` is attached.
-* Truncation: a stream that ended before its terminal marker while a tool
-  call was in progress raises a retryable :class:`ProviderProtocolError` (the
-  call must never run); a text-only truncated stream gives the text with an
-  ``Anomaly("stream_truncated")`` and ``StopReason.OTHER``.
+* Truncation: a stream that ended before its terminal marker (``[DONE]`` or
+  a finish reason; Anthropic's ``message_stop``) raises a retryable
+  :class:`ProviderProtocolError` marked ``truncated``, retried like a broken
+  connection: a call in progress must never run, and text that simply stops
+  is no answer -- kept, it ended runs ``completed`` with half a sentence
+  (DESIGN.md section 6: a run says "completed" only with the evidence).
 """
 
 from __future__ import annotations
@@ -166,18 +168,19 @@ def _truncation_anomalies(
     api: str, tool_calls: tuple[ToolCall, ...], *, terminal: bool
 ) -> list[Anomaly]:
     """A stream cut off before its end marker: an anomaly, or an error with calls in flight."""
-    anomalies: list[Anomaly] = []
     if not terminal:
-        if tool_calls:
-            raise ProviderProtocolError(
-                f"{api}: the stream was cut off before its end marker while "
-                f"{len(tool_calls)} tool call(s) were incomplete; none will run",
-                retryable=True,
-                failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
-                truncated=True,
-            )
-        anomalies.append(Anomaly(code="stream_truncated", detail={"parsed_tool_calls": 0}))
-    return anomalies
+        what = (
+            f"{len(tool_calls)} tool call(s) were incomplete; none will run"
+            if tool_calls
+            else "its text is half an answer at best; it is not used"
+        )
+        raise ProviderProtocolError(
+            f"{api}: the stream was cut off before its end marker; {what}",
+            retryable=True,
+            failure_code=FailureCode.PROVIDER_PROTOCOL_INVALID,
+            truncated=True,
+        )
+    return []
 
 
 def _stop_reason(

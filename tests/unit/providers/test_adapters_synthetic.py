@@ -286,12 +286,16 @@ def test_openai_stream_cut_off_mid_arguments_raises_and_is_retried() -> None:
     assert openai(recorder)[0].complete(simple_request()).text == "fine"
 
 
-def test_openai_text_only_stream_without_end_marker_is_an_anomaly() -> None:
+def test_openai_text_only_stream_without_end_marker_is_retried_not_kept() -> None:
+    """Text that stops before ``[DONE]`` or a finish reason is no answer: retried like a reset."""
     lines = [chunk({"content": "partial ans"})]
-    recorder = Recorder([httpx.Response(200, headers=SSE, content=sse_body(lines))])
-    turn = openai(recorder)[0].complete(simple_request())
-    assert turn.text == "partial ans" and turn.stop_reason is StopReason.OTHER
-    assert [a.code for a in turn.anomalies] == ["stream_truncated"]
+    cut = httpx.Response(200, headers=SSE, content=sse_body(lines))
+    with pytest.raises(ProviderProtocolError, match="cut off") as info:
+        openai(Recorder([cut]), max_retries=0)[0].complete(simple_request())
+    assert info.value.retryable is True and info.value.truncated is True
+    cut = httpx.Response(200, headers=SSE, content=sse_body(lines))
+    recorder = Recorder([cut, ok_text("the whole answer")])
+    assert openai(recorder)[0].complete(simple_request()).text == "the whole answer"
 
 
 def test_malformed_json_event_is_a_protocol_error() -> None:

@@ -7,11 +7,12 @@ the real Celery queue is covered in tests/integration/test_tool_worker.py.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -34,10 +35,12 @@ from nahida_workers.testing import (
 )
 from nahida_workers.testing.fleet import wait_for
 from nahida_workers.testing.tools import ExclusiveProbe, Probe, Sleep
-from nahida_workers.tools.base import Placement, ToolRegistry
+from nahida_workers.tools.base import Placement, ToolContext, ToolOutcome, ToolRegistry
 from tests.conftest import load_case
 
 PLACEMENTS = ["local", "remote"]
+BLOCK_MS = 60_000  # far past the bound below: a broken timeout/abort/cancel fails, not flakes
+BOUND_S = 15.0  # generous on a loaded 2-core machine; still 4x below BLOCK_MS
 
 
 class QuickTimeout(Sleep):
@@ -46,9 +49,21 @@ class QuickTimeout(Sleep):
     spec = replace(Sleep.spec, name="QuickTimeout", timeout_s=0.2)
 
 
+class Blocker(Sleep):
+    """:class:`Sleep` that records its start, so a test acts on state, not on a delay."""
+
+    spec = replace(Sleep.spec, name="Blocker", timeout_s=120.0)
+    started: ClassVar[list[str]] = []
+
+    def execute(self, arguments: Any, ctx: ToolContext) -> ToolOutcome:
+        """Record the start (the call id), then sleep like :class:`Sleep`."""
+        Blocker.started.append(ctx.call_id)
+        return super().execute(arguments, ctx)
+
+
 def _world(placement: str) -> tuple[Any, ThreadRemoteTools | None, ToolRegistry]:
     clock = FakeClock()
-    tools = [Probe(), ExclusiveProbe(), Sleep(), QuickTimeout()]
+    tools = [Probe(), ExclusiveProbe(), Sleep(), QuickTimeout(), Blocker()]
     registry = ToolRegistry(
         tools, placement={t.spec.name: Placement(placement) for t in tools if t.spec.may_fan_out}
     )
@@ -61,7 +76,7 @@ def _world(placement: str) -> tuple[Any, ThreadRemoteTools | None, ToolRegistry]
 def _tools_spec(calls: list[dict[str, Any]], **kw: Any) -> Any:
     return scripted_spec(
         [{"text": "fan out", "tool_calls": calls}, {"text": "done"}],
-        tools=["Probe", "ExclusiveProbe", "Sleep", "QuickTimeout"],
+        tools=["Probe", "ExclusiveProbe", "Sleep", "QuickTimeout", "Blocker"],
         **kw,
     )
 
@@ -161,12 +176,12 @@ def test_b11_timeout_keeps_its_slot(placement: str, tmp_path: Path) -> None:
     calls = [
         {"id": "toolu_01", "name": "Sleep", "arguments": {"ms": 60}},
         {"id": "toolu_02", "name": "Sleep", "arguments": {"ms": 5}},
-        {"id": "toolu_03", "name": "QuickTimeout", "arguments": {"ms": 3000}},
+        {"id": "toolu_03", "name": "QuickTimeout", "arguments": {"ms": BLOCK_MS}},
     ]
     runner, remote, _ = _world(placement)
     started = time.monotonic()
     result = run_inline(_tools_spec(calls), tmp_path, runner=runner)
-    assert time.monotonic() - started < 2.5, "the timeout, not the tool, bounds the wait"
+    assert time.monotonic() - started < BOUND_S, "the timeout, not the tool, bounds the wait"
     results = _results(result.events)
     assert [e.call_id for e in results] == ["toolu_01", "toolu_02", "toolu_03"]
     last = results[-1].payload
@@ -199,23 +214,27 @@ def test_abort_mid_batch_bumps_the_epoch_and_aborts_what_is_outstanding(
 ) -> None:
     runner, remote, registry = _world(placement)
     executor: FanOutExecutor = runner.executor  # type: ignore[assignment]
-    abort = threading.Event()
-    job = CallJob(run_id="r", workspace=tmp_path, epoch=1, should_abort=abort.is_set)
+    Blocker.started.clear()
+    polls = itertools.count(1)
+    # gather polls should_abort before each wait: poll 1 collects "fast", poll 2
+    # waits on "slow", poll 3 aborts -- while gather is blocked on a running call.
+    job = CallJob(run_id="r", workspace=tmp_path, epoch=1, should_abort=lambda: next(polls) >= 3)
     calls = [
         ToolCall(call_id="fast", name="Sleep", arguments={"ms": 1}),
-        ToolCall(call_id="slow", name="Sleep", arguments={"ms": 5000}),
+        ToolCall(call_id="slow", name="Blocker", arguments={"ms": BLOCK_MS}),
     ]
     pending = executor.start(calls, job, registry)
     fast = pending.slots[0]
     wait_for(  # "fast" finishes first: it arrived in the current epoch
         lambda: fast.thread.result(0) if fast.thread else remote.wait(fast.task_id, 0),  # type: ignore[union-attr, arg-type]
-        timeout=10,
+        timeout=BOUND_S,
         what='"fast" to finish',
     )
-    threading.Timer(0.2, abort.set).start()
+    wait_for(lambda: "slow" in Blocker.started, timeout=BOUND_S, what='"slow" to start')
     started = time.monotonic()
     out = executor.gather(pending, job)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < BOUND_S, "the abort, not the tool, ends the wait"
+    assert next(polls) == 4, "aborted on the third poll, while waiting on the slow call"
     assert [e.result.status for e in out] == [ToolStatus.OK, ToolStatus.ABORTED]
     assert out[1].result.content.startswith("aborted")
     assert job.executor_epoch.value == 1
@@ -241,7 +260,8 @@ def test_a_result_from_an_older_executor_epoch_is_never_a_success(tmp_path: Path
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_cancel_during_a_batch_ends_the_run_cancelled(placement: str, tmp_path: Path) -> None:
     runner, _, _ = _world(placement)
-    calls = [{"id": f"s{i}", "name": "Sleep", "arguments": {"ms": 20000}} for i in range(3)]
+    Blocker.started.clear()
+    calls = [{"id": f"s{i}", "name": "Blocker", "arguments": {"ms": BLOCK_MS}} for i in range(3)]
     spec = _tools_spec(calls)
     from nahida_workers.runtime.dispatcher import Dispatcher
     from nahida_workers.testing import ListTaskQueue
@@ -255,10 +275,15 @@ def test_cancel_during_a_batch_ends_the_run_cancelled(placement: str, tmp_path: 
             runner.ledger.request_cancel(tx, session.session_id, at=runner.clock.now())
         runner.clock.advance(CANCEL_POLL_S)  # type: ignore[attr-defined]  # the next poll is due
 
-    threading.Timer(0.3, cancel).start()
+    def cancel_once_all_run() -> None:
+        wait_for(lambda: len(Blocker.started) == 3, timeout=BOUND_S, what="all calls to start")
+        cancel()
+
+    threading.Thread(target=cancel_once_all_run, daemon=True).start()
     started = time.monotonic()
     runner.run(session.session_id)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < BOUND_S, "the cancel, not the tools, ends the run"
+    assert sorted(Blocker.started) == ["s0", "s1", "s2"]
     run = runner.ledger.runs_of(session.session_id)[0]
     assert run.terminal_state is not None and run.terminal_state.value == "cancelled"
     statuses = [e.payload["status"] for e in _results(runner.ledger.events(run.run_id))]
