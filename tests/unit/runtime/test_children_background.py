@@ -163,7 +163,12 @@ def test_background_completions_respect_the_inbox_background_limit(w: World) -> 
     assert terminal(ledger, parent)["state"] == "completed"
 
 
-def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
+def _submit_a_resume(w: World) -> tuple[str, str]:
+    """A parent that starts child ``call_a`` with agent ``two``, then resumes it.
+
+    Returns ``(child id, parent session id)``; agent ``two`` answers one run
+    and then a second run.
+    """
     kid = child_id(RUN, "call_a")
     agents = {
         **AGENTS,
@@ -187,6 +192,11 @@ def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
         ],
         agents=agents,
     )
+    return kid, parent
+
+
+def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
+    kid, parent = _submit_a_resume(w)
     w.pump()
     ledger = w.runner.ledger
     adopted = results(ledger, parent)
@@ -253,29 +263,7 @@ def test_cancelling_a_waiting_parent_cancels_its_children(w: World) -> None:
 
 def test_a_resumed_child_left_done_with_its_prompt_pending_is_requeued(w: World) -> None:
     """resume_view -> CommitPoints.reopen_child: the parent never parks on a child nobody runs."""
-    kid = child_id(RUN, "call_a")
-    agents = {
-        **AGENTS,
-        "two": {
-            "tools": [],
-            "provider": {
-                "kind": "scripted",
-                "script": {
-                    "turns": [{"text": "First answer."}],
-                    "next_runs": [[{"text": "Second answer."}]],
-                },
-            },
-        },
-    }
-    parent = submit(
-        w,
-        [
-            {"text": "go", "tool_calls": [task("call_a", "two")]},
-            {"text": "again", "tool_calls": [task("call_r", "two", resume=kid)]},
-            {"text": "Both done."},
-        ],
-        agents=agents,
-    )
+    kid, parent = _submit_a_resume(w)
     ledger, resumed = w.runner.ledger, False
     while w.queue.published and not resumed:
         w.pump(limit=1)
