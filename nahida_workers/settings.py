@@ -185,6 +185,25 @@ class Settings(BaseSettings):
     api_allowed_stop_hooks: str = ""
     api_allowed_key_envs: str = DEFAULT_PROVIDER_API_KEY_ENV
     api_allowed_base_urls: str = ",".join(DEFAULT_PROVIDER_BASE_URLS.values())
+    # ``nahida serve`` under load (docs/api.md "Bursts").  Requests it works
+    # on at once; each holds at most one ledger connection, so this is also
+    # its PostgreSQL pool.  Later requests wait in line, in arrival order.
+    api_db_pool_size: int = Field(8, ge=1, le=500)
+    # Connections over the pool size, for event streams starting up.
+    api_db_max_overflow: int = Field(4, ge=0, le=500)
+    # Longest wait for a pooled connection, seconds; then 503 + Retry-After.
+    api_db_pool_timeout_s: float = Field(2.0, gt=0)
+    # Longest wait in line for a free request slot, seconds; then 503 + Retry-After.
+    api_queue_timeout_s: float = Field(5.0, gt=0)
+    # PostgreSQL statement_timeout and lock_timeout of the API's connections,
+    # milliseconds (0 = none): a row lock or a slow query ends in a 503, not a hang.
+    api_statement_timeout_ms: int = Field(5000, ge=0)
+    api_lock_timeout_ms: int = Field(2000, ge=0)
+    # Event streams (``GET /v1/sessions/{id}/events``) followed at once; one more is a 503.
+    api_max_followers: int = Field(32, ge=1, le=10_000)
+    # Believe ``X-Forwarded-Proto`` (the login cookie is ``Secure`` when it says
+    # https).  Only behind a proxy that sets it: a client could send it too.
+    api_trust_proxy: bool = False
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)

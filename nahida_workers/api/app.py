@@ -16,17 +16,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nahida_workers.api.admission import Admission, AdmissionLimits
+from nahida_workers.api.auth import Auth
 from nahida_workers.api.guard import (
     BodyLimit,
     dumps,
     error_body,
     install_error_handlers,
-    token_ok,
-    unavailable,
 )
 from nahida_workers.api.idempotency import same_request
 from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts, known_query_only
@@ -89,25 +89,31 @@ def _id(value: str) -> str:
     return value
 
 
-def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256 * 1024) -> FastAPI:
-    """The ASGI app: ``/v1`` JSON API, the web pages, ``/openapi.json`` and ``/docs``."""
+def create_app(services: Services) -> FastAPI:
+    """The ASGI app: ``/v1`` JSON API, the web pages, ``/openapi.json`` and ``/docs``.
+
+    Its bounds come from ``services.fleet.settings``: the token
+    (``NAHIDA_API_TOKEN``), the body limit, and the admission limits
+    (:mod:`nahida_workers.api.admission`).
+    """
+    settings = services.fleet.settings
+    token = settings.api_token.get_secret_value()
     app = FastAPI(
         title="nahida-workers",
         version="1",
         description="Durable LLM agent sessions: dispatch, inspect, steer, cancel, follow.",
     )
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Any:
-        open_paths = ("/healthz", "/login")
-        if request.url.path not in open_paths and not token_ok(request, token):
-            return error_body(401, "unauthorized", "a bearer token is required")
-        try:
-            return await call_next(request)
-        except Exception as exc:  # an outage (503) or a bug (500): JSON, one log line
-            return unavailable(exc)
+    limits = AdmissionLimits(
+        requests=settings.api_db_pool_size,
+        queue_timeout_s=settings.api_queue_timeout_s,
+        streams=settings.api_max_followers,
+    )
+    # Innermost first: the body is limited while Admission reads it, and a
+    # request without the token takes no admission slot.
+    app.add_middleware(Admission, limits=limits, exempt=UNGATED, is_stream=_is_stream)
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(Auth, token=token, open_paths=OPEN_PATHS)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -123,6 +129,17 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
 
     app.include_router(web_router(services))
     return app
+
+
+#: Paths served without a token.
+OPEN_PATHS = frozenset({"/healthz", "/login"})
+#: Paths served without an admission slot: they never touch the ledger.
+UNGATED = frozenset({"/healthz", "/login", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+
+
+def _is_stream(path: str) -> bool:
+    """``/v1/sessions/{id}/events``: an event stream (bounded by ``NAHIDA_API_MAX_FOLLOWERS``)."""
+    return path.startswith("/v1/sessions/") and path.endswith("/events")
 
 
 def _session_routes(v1: APIRouter, services: Services) -> None:

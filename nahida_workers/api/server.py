@@ -19,15 +19,19 @@ def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     """The ASGI app for ``settings``: the fleet (ledger, dispatcher, inbox) and a Redis client."""
     from nahida_workers.api.app import Services, create_app
     from nahida_workers.celery import CeleryTaskQueue, make_celery
+    from nahida_workers.ledger.sql import make_engine
     from nahida_workers.runtime.wiring import build_fleet, redis_client
 
-    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)))
-    services = Services(fleet=fleet, redis=redis_client(settings))
-    return create_app(
-        services,
-        token=settings.api_token.get_secret_value(),
-        max_body_bytes=settings.api_max_body_bytes,
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.api_db_pool_size,
+        max_overflow=settings.api_db_max_overflow,
+        pool_timeout_s=settings.api_db_pool_timeout_s,
+        statement_timeout_ms=settings.api_statement_timeout_ms,
+        lock_timeout_ms=settings.api_lock_timeout_ms,
     )
+    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)), engine=engine)
+    return create_app(Services(fleet=fleet, redis=redis_client(settings)))
 
 
 def run_server(settings: Settings, *, host: str, port: int) -> None:

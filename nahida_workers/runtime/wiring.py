@@ -19,7 +19,7 @@ import importlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.records import InboxLimits
@@ -41,6 +41,9 @@ from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Placement, Tool, ToolRegistry
 from nahida_workers.tools.structured import StructuredOutput
 from nahida_workers.workspaces import WorktreeManager
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -183,6 +186,7 @@ def build_fleet(
     executor: ToolExecutor | None = None,
     migrate: bool = False,
     clock: Clock | None = None,
+    engine: Engine | None = None,
 ) -> Fleet:
     """Wire ledger, lease store, runner and dispatcher for ``settings``.
 
@@ -190,9 +194,11 @@ def build_fleet(
         queue: where the dispatcher publishes (Celery in production).
         executor: tool executor (default: inline in the session worker).
         migrate: run the Alembic migrations first (embedded mode, ``nahida migrate``).
+        engine: the ledger's engine (default: ``make_engine`` with its defaults;
+            ``nahida serve`` passes one sized by its ``api_db_*`` settings).
     """
     clock = clock or SystemClock()
-    engine = make_engine(settings.database_url)
+    engine = engine or make_engine(settings.database_url)
     if migrate:
         upgrade(engine)
     ledger = SqlLedger(engine=engine, payload_max_bytes=settings.event_payload_max_bytes)
