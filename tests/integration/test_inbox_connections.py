@@ -99,7 +99,8 @@ def test_the_api_engine_sets_statement_and_lock_timeouts(postgres_url: str) -> N
     engine = make_engine(postgres_url, statement_timeout_ms=1234, lock_timeout_ms=567)
     try:
         with engine.connect() as conn:
-            shown = [conn.exec_driver_sql(f"SHOW {n}").scalar() for n in ("statement_timeout", "lock_timeout")]
+            names = ("statement_timeout", "lock_timeout")
+            shown = [conn.exec_driver_sql(f"SHOW {name}").scalar() for name in names]
     finally:
         engine.dispose()
     assert shown == ["1234ms", "567ms"]
