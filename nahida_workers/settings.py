@@ -201,6 +201,8 @@ class Settings(BaseSettings):
     api_lock_timeout_ms: int = Field(2000, ge=0)
     # Event streams (``GET /v1/sessions/{id}/events``) followed at once; one more is a 503.
     api_max_followers: int = Field(32, ge=1, le=10_000)
+    # Longest ``?timeout=`` of an event stream, seconds.
+    api_max_follow_s: float = Field(3600.0, gt=0)
     # Believe ``X-Forwarded-Proto`` (the login cookie is ``Secure`` when it says
     # https).  Only behind a proxy that sets it: a client could send it too.
     api_trust_proxy: bool = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +21,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nahida_workers.cli.exits import classify
-from nahida_workers.errors import InboxFullError, NahidaError, NotFoundError, UserError
+from nahida_workers.errors import (
+    InboxFullError,
+    LedgerDataError,
+    NahidaError,
+    NotFoundError,
+    UserError,
+)
 
 __all__ = [
     "BUSY_RETRY_AFTER_S",
@@ -44,7 +51,7 @@ _BUSY_ERRORS = frozenset({"TimeoutError", "QueryCanceled", "LockNotAvailable"})
 
 
 def error_body(
-    status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     """The JSON error every failure returns: ``{"error": {"code", "message"}}``."""
     return JSONResponse(
@@ -120,22 +127,27 @@ def install_error_handlers(app: FastAPI) -> None:
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_body(400, "malformed_json", "the request body is not valid JSON")
         first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = ".".join(str(p) for p in _json_path(tuple(first.get("loc", ()))))
         return error_body(422, "invalid_input", f"{where}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {
+            401: "unauthorized",
+            403: "forbidden",
             404: "not_found",
             405: "method_not_allowed",
-            401: "unauthorized",
             413: "body_too_large",
+            415: "unsupported_media_type",
             422: "invalid_input",
         }.get(exc.status_code, "http_error")
-        return error_body(exc.status_code, code, str(exc.detail))
+        # A 405 carries ``Allow`` (RFC 9110 section 15.5.6): keep the exception's headers.
+        return error_body(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(NahidaError)
     async def _nahida(_request: Request, exc: NahidaError) -> JSONResponse:
+        if isinstance(exc, LedgerDataError):  # a value of the request the database refused
+            return error_body(422, "invalid_input", " ".join(str(exc).split())[:500])
         if isinstance(exc, NotFoundError):
             return error_body(404, "not_found", str(exc))
         if isinstance(exc, InboxFullError):
@@ -147,6 +159,28 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UnicodeError)
     async def _unicode(_request: Request, exc: UnicodeError) -> JSONResponse:
         return error_body(400, "invalid_text", "input is not valid UTF-8 text")
+
+
+#: The ``kind`` tags pydantic puts in the location of an error inside a provider.
+_PROVIDER_KINDS = frozenset({"scripted", "openai", "anthropic"})
+
+
+def _json_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error location as the path into the request: ``job.provider.script``.
+
+    Drops the leading ``body`` and the discriminator tags pydantic adds after
+    a provider (``provider.scripted.script`` is ``provider.script`` in the JSON).
+    """
+    parts = list(loc[1:] if loc[:1] == ("body",) else loc)
+    out: list[Any] = []
+    for part in parts:
+        after_provider = out and (
+            out[-1] == "provider" or (isinstance(out[-1], int) and out[-2:-1] == ["fallbacks"])
+        )
+        if part in _PROVIDER_KINDS and after_provider:
+            continue
+        out.append(part)
+    return tuple(out)
 
 
 def unavailable(exc: BaseException) -> JSONResponse:

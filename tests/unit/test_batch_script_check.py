@@ -81,7 +81,9 @@ def test_the_api_checks_the_script_before_any_session_exists(tmp_path: Any) -> N
     """``POST /v1/sessions`` refuses the same typo `nahida batch` refuses (HTTP 400)."""
     from types import SimpleNamespace
 
-    from nahida_workers.api.app import SessionIn, _create_session
+    from nahida_workers.api.app import registered_tools
+    from nahida_workers.api.models import SessionIn
+    from nahida_workers.api.sessions import Tools, _create_session
 
     fleet = SimpleNamespace(settings=SETTINGS, ledger=None, dispatcher=None)
     job = {
@@ -89,6 +91,6 @@ def test_the_api_checks_the_script_before_any_session_exists(tmp_path: Any) -> N
         "tools": ["Glob"],
         "provider": {"kind": "scripted", "script": [glob("Glb"), {"text": "done"}]},
     }
-    body = SessionIn(job=job, workspace=str(tmp_path))
+    body = SessionIn.model_validate({"job": job, "workspace": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"\['Glb'\]"):
-        _create_session(fleet, body)
+        _create_session(fleet, body, Tools(registered_tools(SETTINGS)))
