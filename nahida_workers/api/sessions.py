@@ -76,7 +76,7 @@ class Tools:
 
 def session_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
     """Add ``POST /v1/sessions``, ``GET /v1/sessions/{id}``, ``GET /v1/runs/{id}`` and actions."""
-    fleet, ledger = services.fleet, services.fleet.ledger
+    fleet = services.fleet
 
     @v1.post(
         "/sessions",
@@ -100,6 +100,14 @@ def session_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
         the broker is down; it is published when the broker is back.
         """
         return _create_session(fleet, exact, tools)
+
+    _read_routes(v1, services)
+    _action_routes(v1, services)
+
+
+def _read_routes(v1: APIRouter, services: Any) -> None:
+    """``GET /v1/sessions/{id}`` and ``GET /v1/runs/{id}``."""
+    ledger = services.fleet.ledger
 
     @v1.get(
         "/sessions/{session_id}",
@@ -135,8 +143,6 @@ def session_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
             "events": [e.model_dump(mode="json") for e in ledger.events(full)],
             "receipts": [r.model_dump(mode="json") for r in ledger.receipts(full)],
         }
-
-    _action_routes(v1, services)
 
 
 def _action_routes(v1: APIRouter, services: Any) -> None:

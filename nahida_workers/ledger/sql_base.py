@@ -99,31 +99,7 @@ def make_engine(
             (``QueryCanceled`` / ``LockNotAvailable``: LedgerUnavailableError).
     """
     if url.startswith("sqlite"):
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30},
-            poolclass=NullPool if ":memory:" not in url else None,
-        )
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            # Writers take the write lock up front; readers stay deferred so
-            # they never block a writer (WAL lets them read concurrently).
-            if conn.get_execution_options().get("ledger_read"):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
+        return _sqlite_engine(url)
     # No pre-ping: it costs a round trip per transaction.  A connection the
     # server dropped fails its statement, SQLAlchemy invalidates the pool, and
     # the caller sees LedgerUnavailableError (retryable); the next checkout
@@ -138,6 +114,35 @@ def make_engine(
         pool_recycle=3600,
         connect_args={"options": options} if options else {},
     )
+
+
+def _sqlite_engine(url: str) -> Engine:
+    """:func:`make_engine` for SQLite: WAL, a busy timeout, ``BEGIN IMMEDIATE`` writers."""
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        poolclass=NullPool if ":memory:" not in url else None,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front; readers stay deferred so
+        # they never block a writer (WAL lets them read concurrently).
+        if conn.get_execution_options().get("ledger_read"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
 
 
 def conflict_insert(pg: bool) -> Any:

@@ -9,12 +9,12 @@ terminal event.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import DateTime, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
@@ -56,21 +56,32 @@ _INBOX_STATE_PG = pg_raw.Fixed(
         _ib.status == InboxStatus.PENDING.value,
     )
 )
-_ENQUEUE_PG = pg_raw.Fixed(
-    pg_insert(t.session_inbox)
-    .values(
-        message_id=bindparam("message_id", ""),
-        session_id=bindparam("session_id", ""),
-        kind=bindparam("kind", ""),
-        text=bindparam("text", ""),
-        size_bytes=bindparam("size_bytes", 0),
-        status=InboxStatus.PENDING.value,
-        next_turn=bindparam("next_turn", False),
-        created_at=bindparam("created_at", None, type_=DateTime(timezone=True)),
+
+
+@functools.cache
+def _enqueue_pg() -> pg_raw.Fixed:
+    """The enqueue INSERT, built on first use.
+
+    The PostgreSQL dialect is imported then: the SQLite-only CLI never loads
+    it (``bench/cli_startup``).
+    """
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    return pg_raw.Fixed(
+        pg_insert(t.session_inbox)
+        .values(
+            message_id=bindparam("message_id", ""),
+            session_id=bindparam("session_id", ""),
+            kind=bindparam("kind", ""),
+            text=bindparam("text", ""),
+            size_bytes=bindparam("size_bytes", 0),
+            status=InboxStatus.PENDING.value,
+            next_turn=bindparam("next_turn", False),
+            created_at=bindparam("created_at", None, type_=DateTime(timezone=True)),
+        )
+        .on_conflict_do_nothing(index_elements=["message_id"])
+        .returning(_ib.message_id)
     )
-    .on_conflict_do_nothing(index_elements=["message_id"])
-    .returning(_ib.message_id)
-)
 
 
 def inbox_row(row: Any) -> InboxMessage:
@@ -176,7 +187,7 @@ class SqlInbox:
             return inbox_row(row), False
         check_inbox_totals(int(count), int(used), kind, message.size_bytes, limits)
         run(
-            _ENQUEUE_PG,
+            _enqueue_pg(),
             message_id=mid,
             session_id=sid,
             kind=kind,
