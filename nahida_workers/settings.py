@@ -203,9 +203,11 @@ class Settings(BaseSettings):
     api_max_followers: int = Field(32, ge=1, le=10_000)
     # Longest ``?timeout=`` of an event stream, seconds.
     api_max_follow_s: float = Field(3600.0, gt=0)
-    # Believe ``X-Forwarded-Proto`` (the login cookie is ``Secure`` when it says
-    # https).  Only behind a proxy that sets it: a client could send it too.
-    api_trust_proxy: bool = False
+    # Addresses (``,``-separated IPs or CIDRs, ``*`` = any) of the reverse proxies
+    # whose ``X-Forwarded-Proto``/``-For`` ``nahida serve`` believes (the login
+    # cookie is ``Secure`` when the proxy says https); empty = none: from
+    # anyone else the headers are a client's claim and are ignored.
+    api_trusted_proxies: str = ""
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)

@@ -7,6 +7,8 @@ dispatch sessions that run Bash.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nahida_workers.errors import UserError
 from nahida_workers.settings import Settings
 
@@ -34,12 +36,24 @@ def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     return create_app(Services(fleet=fleet, redis=redis_client(settings)))
 
 
-def run_server(settings: Settings, *, host: str, port: int) -> None:
-    """Serve until Ctrl-C.
+def run_server(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
+    """Serve until Ctrl-C; over TLS when ``ssl_certfile`` (and its key) is given.
+
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed only from the
+    addresses in ``NAHIDA_API_TRUSTED_PROXIES`` (uvicorn's proxy headers);
+    from anyone else they are a client's claim.
 
     Raises:
         UserError: ``host`` is not loopback and no ``NAHIDA_API_TOKEN`` is set,
-            or the port cannot be bound (in use, not permitted).
+            the port cannot be bound (in use, not permitted), or a key file
+            is given without a certificate.
     """
     import uvicorn
 
@@ -48,9 +62,25 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
             f"refusing to serve on {host} without NAHIDA_API_TOKEN: set a token, "
             "or serve on 127.0.0.1"
         )
+    if ssl_keyfile and not ssl_certfile:
+        raise UserError("--ssl-keyfile needs --ssl-certfile")
+    for option, path in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
+        if path and not Path(path).is_file():
+            raise UserError(f"{option} {path}: no such file")
     _check_port(host, port)
     app = build_app(settings)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    trusted = settings.api_trusted_proxies.strip()
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
 
 
 def _check_port(host: str, port: int) -> None:

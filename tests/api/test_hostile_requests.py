@@ -31,7 +31,15 @@ JOB = {
     "provider": {"kind": "scripted", "script": [{"text": "ok"}]},
 }
 #: JSON-escaped text a client can send: NUL, a lone surrogate, controls, bidi, a BOM.
-ODD = ["/a\\u0000b", "a\\u0000b", "\\ud800", "\\udfff\\ud800", "\\u0001\\u001b[31m", "\\u202e\\ufeff", "\\uffff"]
+ODD = [
+    "/a\\u0000b",
+    "a\\u0000b",
+    "\\ud800",
+    "\\udfff\\ud800",
+    "\\u0001\\u001b[31m",
+    "\\u202e\\ufeff",
+    "\\uffff",
+]
 
 
 def raw(server: Server, head: bytes, body: bytes = b"") -> int:
