@@ -19,7 +19,7 @@ from nahida_workers.api.admission import Admission, AdmissionLimits
 from nahida_workers.api.auth import Auth
 from nahida_workers.api.follow import follow_routes
 from nahida_workers.api.guard import BodyLimit, install_error_handlers
-from nahida_workers.api.inputs import json_body, known_query_only
+from nahida_workers.api.inputs import known_query_only
 from nahida_workers.api.openapi import install_openapi
 from nahida_workers.api.sessions import Tools, session_routes
 from nahida_workers.runtime.wiring import Fleet
@@ -82,9 +82,7 @@ def create_app(services: Services) -> FastAPI:
         return {"status": "ok"}
 
     tools = registered_tools(settings)
-    v1 = APIRouter(
-        prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only), Depends(json_body)]
-    )
+    v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only)])
     session_routes(v1, services, Tools(tools))
     follow_routes(v1, services)
     app.include_router(v1)

@@ -109,6 +109,7 @@ def strict(model: type[M]) -> Callable[[Request], Awaitable[M]]:
     """
 
     async def parse(request: Request) -> M:
+        json_body(request)
         raw = await request.body()
         if not raw.strip():  # FastAPI's own parse reports malformed JSON (400) first
             missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
@@ -147,7 +148,7 @@ def _integral(value: Any) -> Any:
 
 
 def json_body(request: Request) -> None:
-    """Route dependency: a body must be ``application/json`` (or ``+json``), else 415.
+    """A body must be ``application/json`` (or ``+json``), else 415 (part of :func:`strict`).
 
     Raises:
         HTTPException: 415 naming the media type sent.

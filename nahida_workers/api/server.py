@@ -20,6 +20,7 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     """The ASGI app for ``settings``: the fleet (ledger, dispatcher, inbox) and a Redis client."""
     from nahida_workers.api.app import Services, create_app
+    from nahida_workers.api.coalesce import CoalescingDispatcher
     from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.ledger.sql import make_engine
     from nahida_workers.runtime.wiring import build_fleet, redis_client
@@ -33,6 +34,8 @@ def build_app(settings: Settings):  # type: ignore[no-untyped-def]
         lock_timeout_ms=settings.api_lock_timeout_ms,
     )
     fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)), engine=engine)
+    # Steering and cancels of one session share their re-dispatch publishes.
+    fleet.inbox.dispatcher = CoalescingDispatcher.of(fleet.dispatcher)
     return create_app(Services(fleet=fleet, redis=redis_client(settings)))
 
 
