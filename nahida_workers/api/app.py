@@ -37,8 +37,8 @@ from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.dispatcher import provider_labels
-from nahida_workers.runtime.preflight import check_spec
+from nahida_workers.runtime.dispatch.dispatcher import provider_labels
+from nahida_workers.runtime.dispatch.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, validation_summary
 from nahida_workers.runtime.wiring import Fleet
 
@@ -219,7 +219,7 @@ def _follow_routes(v1: APIRouter, services: Services) -> None:
         The history first, then new events until the session's current run is
         done (``event: done``) or ``timeout`` seconds pass.
         """
-        from nahida_workers.runtime.channel import stream_key
+        from nahida_workers.runtime.observe.channel import stream_key
 
         full = resolve(ledger, "session", _id(session_id))
         key = stream_key(full, fleet.settings.redis_key_prefix)

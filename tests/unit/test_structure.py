@@ -9,7 +9,7 @@
 * ``ruff check`` passes on the repository (the lint of every habit);
 * in ``runtime/``, only :data:`TRANSACTION_OWNERS` open a ledger transaction:
   every commit point of a session owner is a named method of
-  ``runtime/commits.py`` (DESIGN.md section 3, STYLE.md habit 11);
+  ``runtime/commits/points.py`` (DESIGN.md section 3, STYLE.md habit 11);
 * no module of ``nahida_workers/`` or ``tasks/`` cites "issue N": a docstring
   or comment names the DESIGN.md section it implements or says the rule.
 
@@ -52,9 +52,9 @@ ADAPTERS = (
 #: points, and the submission side that writes before any owner runs.
 TRANSACTION_OWNERS = frozenset(
     {
-        "nahida_workers.runtime.commits",
-        "nahida_workers.runtime.dispatcher",
-        "nahida_workers.runtime.inbox",
+        "nahida_workers.runtime.commits.points",
+        "nahida_workers.runtime.dispatch.dispatcher",
+        "nahida_workers.runtime.dispatch.inbox",
     }
 )
 

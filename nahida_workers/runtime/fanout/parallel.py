@@ -16,7 +16,7 @@ inline.  Both placements share one set of rules:
   taken, so a call that finished in time is never reported ``timed_out``
   because an earlier call of its batch was slow;
 * an exclusive call runs alone on its own thread, bounded the same way
-  (``runtime/bounded.py``);
+  (``runtime/fanout/bounded.py``);
 * the executor epoch: when the batch must be abandoned (cancel, lease lost,
   provider fallback during a streaming pre-start) the epoch is bumped and
   outstanding calls are revoked; any result produced for an older epoch
@@ -39,18 +39,18 @@ from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
 from nahida_workers.core.payloads import ABORTED_TEXT
-from nahida_workers.runtime.bounded import (
+from nahida_workers.runtime.fanout.bounded import (
     ABORT_POLL_S,
     GRACE_S,
     CallThread,
     run_bounded,
     timed_out,
 )
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
+from nahida_workers.runtime.fanout.calls import CallJob, Execution, execute_call, not_run
 from nahida_workers.tools.base import Placement, ToolRegistry
 
 if TYPE_CHECKING:
-    from nahida_workers.runtime.prestart import PreStart
+    from nahida_workers.runtime.fanout.prestart import PreStart
 
 __all__ = ["FanOutExecutor", "Pending", "RemoteTools", "remote_task_id"]
 
@@ -147,7 +147,7 @@ class FanOutExecutor:
 
     def prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart:
         """A pre-start that runs safe calls on this executor while the stream is open."""
-        from nahida_workers.runtime.prestart import PreStart
+        from nahida_workers.runtime.fanout.prestart import PreStart
 
         return PreStart(self, job, registry)
 

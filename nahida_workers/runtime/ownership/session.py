@@ -11,9 +11,9 @@ over the ports through the commit points:
    fails the run stops ``failed/tool_persistence_failed``;
 3. the terminal event, the run row and the session status in one transaction.
 
-The owner's part lives in :mod:`~nahida_workers.runtime.owner`, the effect
-interpreter in :mod:`~nahida_workers.runtime.driver`, and every commit point
-in :mod:`~nahida_workers.runtime.commits`.
+The owner's part lives in :mod:`~nahida_workers.runtime.ownership.owner`, the effect
+interpreter in :mod:`~nahida_workers.runtime.ownership.driver`, and every commit point
+in :mod:`~nahida_workers.runtime.commits.points`.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from nahida_workers.errors import (
     StaleEpochError,
 )
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
-from nahida_workers.runtime.channel import EventSink, NullSink
-from nahida_workers.runtime.commits import hand_back, take_over
-from nahida_workers.runtime.executor import ToolExecutor
-from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
-from nahida_workers.runtime.redelivery import is_poison
+from nahida_workers.runtime.commits.points import hand_back, take_over
+from nahida_workers.runtime.fanout.executor import ToolExecutor
+from nahida_workers.runtime.observe.channel import EventSink, NullSink
+from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.runtime.ownership.owner import SessionOutcome, SessionOwner
+from nahida_workers.runtime.ownership.redelivery import is_poison
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.workspaces import WorktreeManager
@@ -63,7 +63,7 @@ def owner_token(delivery_tag: str = "") -> str:
     """A lease owner token unique to this process and call: ``host:pid:uuid[:tag]``.
 
     ``delivery_tag`` names the broker message the owner runs in
-    (``runtime/redelivery.py``: a requeued copy of that message recognises
+    (``runtime/ownership/redelivery.py``: a requeued copy of that message recognises
     the lease its dead owner left).
     """
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -81,19 +81,19 @@ class SessionRunner:
         executor: runs tool batches.
         lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
         ledger_outage_s: how long a commit point is retried through a ledger
-            outage, in seconds (``runtime/outage.py``); 0 = one attempt.
+            outage, in seconds (``runtime/commits/outage.py``); 0 = one attempt.
         ledger_seal_outage_s: how long the seal ``failed/tool_persistence_failed``
             is retried after tool results could not be stored, in seconds
             (DESIGN.md section 3 step 5; the owner keeps its lease meanwhile).
         prestart: start read-only concurrency-safe calls while the provider
-            still streams (needs a fan-out executor; see ``runtime/prestart.py``).
-        sink: where user-visible events go (``runtime/channel.py``).
+            still streams (needs a fan-out executor; see ``runtime/fanout/prestart.py``).
+        sink: where user-visible events go (``runtime/observe/channel.py``).
         child_limits: bounds on child sessions (settings; DESIGN.md section 8).
         publish: publishes an outbox row a commit point wrote (child sessions,
             a woken parent) after its commit; None leaves them to the sweeper.
         poison_after_crashes: a session whose last this-many owners all
             crashed without progress is sealed ``failed/poison_session``
-            instead of being run again (``runtime/redelivery.py``;
+            instead of being run again (``runtime/ownership/redelivery.py``;
             ``bump_epoch`` counts them in the ledger).
         inbox_limits: the inbox bounds a background child's completion is
             posted under (DESIGN.md section 8).

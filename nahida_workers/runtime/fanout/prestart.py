@@ -20,8 +20,8 @@ import logging
 
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
-from nahida_workers.runtime.calls import CallJob
-from nahida_workers.runtime.fanout import FanOutExecutor, Pending
+from nahida_workers.runtime.fanout.calls import CallJob
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor, Pending
 from nahida_workers.tools.base import ToolRegistry
 
 __all__ = ["FallbackGuard", "PreStart"]
