@@ -8,8 +8,8 @@ from typing import Any
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import RunError
 from nahida_workers.logs import bind_log_context
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.runtime.ownership.redelivery import delivery_tag, plan_follow_up
-from nahida_workers.runtime.ownership.session import SessionOutcome
 from nahida_workers.runtime.wiring import Fleet
 from nahida_workers.tools.processes import PROCESSES
 

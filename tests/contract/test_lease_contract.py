@@ -24,7 +24,7 @@ from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import LeaseStore
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
-from nahida_workers.runtime.ownership.session import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 from tests.conftest import load_case
 

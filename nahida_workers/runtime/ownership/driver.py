@@ -71,7 +71,7 @@ from nahida_workers.tools.base import ToolRegistry
 if TYPE_CHECKING:
     from nahida_workers.core.records import SessionRecord
     from nahida_workers.ports import Provider
-    from nahida_workers.runtime.ownership.session import SessionRunner
+    from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
 __all__ = ["RunDriver", "loop_config"]
 
@@ -121,7 +121,7 @@ class RunDriver:
 
     def __init__(
         self,
-        runner: SessionRunner,
+        runner: DeliveryPorts,
         session: SessionRecord,
         spec: SessionSpec,
         commits: CommitPoints,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -44,27 +43,17 @@ from nahida_workers.runtime.commits.points import CommitPoints, Family
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
-    from nahida_workers.runtime.ownership.session import SessionRunner
+    from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
-__all__ = ["SessionOutcome", "SessionOwner"]
+__all__ = ["SessionOwner"]
 
 log = logging.getLogger(__name__)
-
-
-class SessionOutcome(StrEnum):
-    """What one ``run_session`` delivery did."""
-
-    FINISHED = "finished"  # this delivery committed the terminal state
-    LEASE_HELD = "lease_held"  # another live owner holds the lease: no-op
-    ALREADY_DONE = "already_done"  # nothing left to run: no-op
-    NOT_FOUND = "not_found"  # unknown session id: no-op
-    LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
-    PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
 
 
 def _spec_of(session: SessionRecord) -> SessionSpec:
@@ -88,7 +77,7 @@ class SessionOwner:
     """
 
     def __init__(
-        self, runner: SessionRunner, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
+        self, runner: DeliveryPorts, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
     ) -> None:
         self.r = runner
         self.session = session

@@ -22,7 +22,8 @@ from nahida_workers.core.events import EventType, FailureCode, SessionStatus
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
-from nahida_workers.runtime.ownership.session import SessionOutcome, SessionRunner
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 
 MARKER = "ran.marker"

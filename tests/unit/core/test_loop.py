@@ -50,7 +50,7 @@ from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
-from nahida_workers.runtime.ownership.session import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.testing import (
     FakeClock,

@@ -17,7 +17,7 @@ from nahida_workers.ledger.children import child_ledger
 from nahida_workers.runtime.children.report import child_report
 from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.runtime.dispatch.inbox import Inbox
-from nahida_workers.runtime.ownership.owner import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.testing.doubles import memory_runner, scripted_spec
 from tests.unit.runtime.test_children import AGENTS, World, profile, results, task
 
