@@ -177,7 +177,8 @@ def _type_name(annotation: Any) -> str:
         return "any"
     name = getattr(annotation, "__name__", str(annotation))
     if name in SECTION_OF:
-        return f"mapping: [{SECTION_OF[name]}](#{SECTION_OF[name].strip('`').replace('.', '').lower()})"
+        title = SECTION_OF[name]
+        return f"mapping: [{title}](#{title.strip('`').replace('.', '').lower()})"
     return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(name, name)
 
 
@@ -209,10 +210,12 @@ def _default(model: type, name: str, field: Any) -> str:
 
 def job_markdown() -> str:
     """The job-file reference: one table per model (field, type, default, description)."""
+    from pydantic import BaseModel
+
     from nahida_workers.core.events import CompletionContract
     from nahida_workers.runtime.spec import AgentProfile, JobSpec, Limits, SessionSpec
 
-    sections = [
+    sections: list[tuple[str, type[BaseModel], str, type[BaseModel] | None]] = [
         ("The job", JobSpec, "Top-level keys of a job file.", SessionSpec),
         ("`limits`", Limits, "Bounds of one run.", None),
         ("`contract`", CompletionContract, "What a run must prove before `completed`.", None),
@@ -221,14 +224,17 @@ def job_markdown() -> str:
     out = [JOB_INTRO]
     for title, model, summary, docs_from in sections:
         described = {**_attribute_docs(docs_from or model), **_attribute_docs(model)}
-        out.append(f"## {title}\n\n{summary}\n\n| field | type | default | what |\n|---|---|---|---|")
+        out.append(
+            f"## {title}\n\n{summary}\n\n| field | type | default | what |\n|---|---|---|---|"
+        )
         for name, field in model.model_fields.items():
             text = described.get(name) or next(
                 (t for pattern, t in described.items() if fnmatch.fnmatch(name, pattern)), ""
             )
             text = re.sub(r"(?::\w+:)?``?([^`]+)``?", r"`\1`", text).replace("|", "\\|")
             text = text.replace("as in `SessionSpec`", "as in the job")
-            out.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(model, name, field)} | {text} |")
+            kind, default = _type_name(field.annotation), _default(model, name, field)
+            out.append(f"| `{name}` | {kind} | {default} | {text} |")
         out.append("")
     return "\n".join(out)
 
