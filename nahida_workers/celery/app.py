@@ -22,7 +22,7 @@ from celery.signals import (
     worker_ready,
 )
 
-from nahida_workers.celery import broker
+from nahida_workers.celery.broker import install as install_redis_transport
 from nahida_workers.celery.config import RUN_SESSION, celery_config
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
 from nahida_workers.runtime.wiring import Fleet, build_fleet
@@ -89,7 +89,7 @@ def make_celery(settings: Settings | None = None, *, name: str = "nahida") -> Ce
         The app; ``process_of(app)`` gives its settings and fleet.
     """
     # redis:// brokers use kombu's transport with a Redis-restart crash worked around.
-    broker.install()
+    install_redis_transport()
     app = Celery(name)
     process = CeleryProcess(app, settings)
     app.nahida = process
