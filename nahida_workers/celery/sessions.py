@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 
 #: What a delivery returns when its process is stopping and it took nothing.
 STOPPING = "stopping"
+#: Outcomes after which the session may still need a taker: a follow-up is left.
+_FOLLOWED = (
+    SessionOutcome.LEASE_HELD,
+    SessionOutcome.LEASE_LOST,
+    SessionOutcome.OWNER_MAY_BE_ALIVE,
+)
 
 
 def run_session_delivery(
@@ -61,7 +67,8 @@ def run_session_delivery(
                         seen_owner=seen_owner, hop=hop)  # fmt: skip
     tag = delivery_tag(str(task.request.id or ""))
     try:
-        outcome = current.runner.run(session_id, delivery_tag=tag)
+        # Only a follow-up has seen the last owner's lease lapse (or waited for it).
+        outcome = current.runner.run(session_id, delivery_tag=tag, grace=seen_owner is None)
     except RunError as exc:
         if not exc.retryable:
             raise
@@ -74,7 +81,7 @@ def run_session_delivery(
         return _redeliver(
             task, session_id, "handed over at a boundary; the worker is shutting down"
         )
-    if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
+    if outcome in _FOLLOWED:
         _follow_up(task, current, session_id, outcome, tag=tag, seen_owner=seen_owner, hop=hop)
     elif outcome is SessionOutcome.PARKED:
         _woken_while_parking(task, current, session_id)

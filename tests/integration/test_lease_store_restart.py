@@ -7,6 +7,9 @@ Real ``celery -A tasks worker`` processes over a private ``redis-server``
   owner re-takes its lease with its own token, the command finishes, its
   result is committed normally by the same owner (epoch 1), the run
   completes, and its record holds a ``lease``/``retaken`` event;
+* a re-dispatch that lands while the owner's key is still missing (the
+  sweeper re-dispatches ownerless sessions right after a broker reset) does
+  not take the session from the live owner: it waits one renewal interval;
 * contrast: another token takes the lease key while the command runs: the
   owner stops (its command is killed), records ``lease``/``lost`` with
   ``another_owner``, and the next owner's recovery says so in the call's
@@ -15,7 +18,9 @@ Real ``celery -A tasks worker`` processes over a private ``redis-server``
 
 from __future__ import annotations
 
+import re
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +157,53 @@ def test_another_token_on_the_lease_stops_the_owner_and_the_record_says_so(
         client.close()
     finally:
         fleet.stop()
+
+
+def test_a_redispatch_in_the_retake_window_does_not_preempt_the_live_owner(
+    postgres_url: str, pg: SqlLedger, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """The owner is paused (SIGSTOP) over the restart so its key stays missing while the
+    re-dispatched delivery arrives; resumed, it re-takes its key and finishes its command."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    fleet = Fleet(postgres_url, private_redis.url, logs, lease_ttl_s=15, visibility_timeout_s=60)
+    try:
+        workers = [fleet.start_worker(name=f"w{i}", concurrency=1) for i in (1, 2)]
+        marker = tmp_path / "marker.txt"
+        dispatcher = fleet.dispatcher(pg)
+        sid = submit(dispatcher, _spec(marker, 10), make_repo(tmp_path / "repo"))
+        wait_for(lambda: _lines(marker), timeout=30, what="the Bash command to start")
+        owner, other = sorted(workers, key=lambda w: f"session {sid}: run" not in w.text())
+        owner.kill(signal.SIGSTOP)
+        try:
+            private_redis.restart()
+            wait_for(lambda: _try(lambda: dispatcher.redispatch(sid)), timeout=30,
+                     what="a re-dispatch through the restarted broker")  # fmt: skip
+            wait_for(  # a wrong implementation took the session by now
+                lambda: re.search(r"run_session\[[^\]]+\] succeeded", other.text()),
+                timeout=30,
+                what="the other worker's delivery to end",
+            )
+        finally:
+            owner.kill(signal.SIGCONT)
+        wait_done(pg, sid, timeout=60)
+
+        assert _lines(marker) == ["start", "end"], "the live owner's command ran to its end"
+        (run,) = pg.runs_of(sid)
+        assert run.terminal_state is not None and run.terminal_state.value == "completed"
+        events = pg.events(run.run_id)
+        assert {e.epoch for e in events[1:]} == {1}, "nobody took the session over"
+        (result,) = [e for e in events if e.type is EventType.TOOL_RESULT]
+        assert result.payload["status"] == ToolStatus.OK.value
+        assert [c["event"] for c in _controls(pg, run.run_id, "lease")] == ["retaken"]
+        assert "owner_may_be_alive" in other.text(), "the other delivery found the key free"
+    finally:
+        fleet.stop()
+
+
+def _try(publish: Any) -> bool:
+    try:
+        publish()
+    except Exception:  # the broker is still coming back
+        return False
+    return True

@@ -21,6 +21,9 @@ class SessionOutcome(StrEnum):
     LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
     PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
     HANDED_OVER = "handed_over"  # the worker shuts down: stopped at a boundary, lease released
+    # The lease was free, but the last owner never handed the session back: it may
+    # be alive and about to re-take its lease (a restarted lease store): look again later.
+    OWNER_MAY_BE_ALIVE = "owner_may_be_alive"
 
 
 class HandedOver(Exception):

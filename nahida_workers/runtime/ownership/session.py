@@ -35,6 +35,7 @@ from nahida_workers.core.events import (
     ReasonCode,
     SessionStatus,
 )
+from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
@@ -95,12 +96,24 @@ class SessionRunner(DeliveryPorts):
         finally:
             self.leases.release(session_id, owner)
 
-    def run(self, session_id: str, *, delivery_tag: str = "") -> SessionOutcome:
+    def run(
+        self, session_id: str, *, delivery_tag: str = "", grace: bool = False
+    ) -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
 
         A delivery that finds the session done or the lease held returns
         without writing anything (case B01).  ``delivery_tag`` (see
         :func:`owner_token`) is put in the lease's owner token.
+
+        ``grace``: a free lease is not proof that the owner is gone.  After a
+        lease-store restart a live owner's key is missing until its next
+        renewal re-takes it (``heartbeat.py``); taking the session in that
+        window would stop the owner mid-tool.  With ``grace``, a running
+        session whose last owner never handed it back is not taken: the
+        delivery returns :attr:`SessionOutcome.OWNER_MAY_BE_ALIVE` and its
+        caller looks again one renewal interval later
+        (``runtime/ownership/redelivery.py``).  A caller that has seen that
+        owner's lease lapse passes False.
 
         Raises:
             LedgerError / ProviderError: infrastructure failures the caller may
@@ -111,6 +124,14 @@ class SessionRunner(DeliveryPorts):
             return SessionOutcome.NOT_FOUND
         if session.status is SessionStatus.DONE:
             return SessionOutcome.ALREADY_DONE
+        if grace and self._owner_may_be_alive(session):
+            log.info(
+                "session %s: lease free but its owner (epoch %s) never handed it back; "
+                "looking again after a renewal interval",
+                session_id,
+                session.open_epoch,
+            )
+            return SessionOutcome.OWNER_MAY_BE_ALIVE
         owner = owner_token(delivery_tag)
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             log.info("session %s: lease held by another owner; delivery exits", session_id)
@@ -144,6 +165,14 @@ class SessionRunner(DeliveryPorts):
                 self._close(session_id, epoch)
             if not self.leases.release(session_id, owner):
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
+
+    def _owner_may_be_alive(self, session: SessionRecord) -> bool:
+        """Running, lease free, and its owner took it without handing it back (see :meth:`run`)."""
+        return (
+            session.status is SessionStatus.RUNNING
+            and session.open_epoch is not None
+            and self.leases.holder(session.session_id) is None
+        )
 
     def _epoch_is(self, session_id: str, epoch: int) -> Callable[[], bool]:
         """Whether ``epoch`` is still the session's (the heartbeat's re-take check, section 4)."""

@@ -89,3 +89,40 @@ def test_a_bumped_epoch_found_on_retaking_stops_the_owner_without_a_write(tmp_pa
     assert outcome is SessionOutcome.LEASE_LOST
     assert len(w.events()) == written[0], "a fenced-out owner writes nothing, not even its loss"
     assert w.leases.holder(w.session_id) is None, "the key it re-took was given back"
+
+
+def test_a_delivery_in_the_retake_window_leaves_the_live_owner_its_session(
+    tmp_path: Path,
+) -> None:
+    """A re-dispatch (the sweeper after a broker reset) lands while the key is missing.
+
+    With ``grace`` the delivery does not take a session whose owner never
+    handed it back; the owner re-takes its key and finishes.  A follow-up
+    that already waited (``grace=False``) or a handed-back session is taken.
+    """
+    w = world([act_turn("a1"), {"text": "Done."}], tmp_path)
+    owner = w.runner()
+    other: list[SessionOutcome] = []
+
+    def restart_then_redispatch() -> None:
+        w.restart_store()
+        other.append(w.runner().run(w.session_id, grace=True))  # arrives before the re-take
+
+    w.script.hooks["a1"] = restart_then_redispatch
+    w.script.until["a1"] = lambda: w.leases.holder(w.session_id) is not None
+
+    assert owner.run(w.session_id) is SessionOutcome.FINISHED
+    assert other == [SessionOutcome.OWNER_MAY_BE_ALIVE]
+    assert {e.epoch for e in w.events()[1:]} == {1}, "the other delivery took nothing"
+    assert w.result("a1").payload["status"] == ToolStatus.OK.value
+
+
+def test_grace_does_not_delay_a_handed_back_or_a_queued_session(tmp_path: Path) -> None:
+    w = world([{"text": "Done."}], tmp_path)
+    assert w.runner().run(w.session_id, grace=True) is SessionOutcome.FINISHED
+    crashed = world([{"text": "Done."}], tmp_path / "b")
+    crashed.ledger.bump_epoch(crashed.session_id, at=crashed.clock.now())  # owner vanished
+    assert crashed.runner().run(crashed.session_id, grace=True) is (
+        SessionOutcome.OWNER_MAY_BE_ALIVE
+    )
+    assert crashed.runner().run(crashed.session_id) is SessionOutcome.FINISHED  # waited already
