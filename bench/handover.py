@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", default="threads", choices=("threads", "prefork"))
     parser.add_argument("--redis", default="redis://127.0.0.1:6379", help="Redis base URL")
     parser.add_argument("--quick", action="store_true", help="CI smoke: 2 sessions, TTL 3 s")
+    parser.add_argument("--keep", type=Path, default=None, help="keep worker logs in this dir")
     args = parser.parse_args(argv)
     if args.quick:
         args.sessions, args.steps, args.step, args.ttl, args.visibility = 2, 60, 0.2, 3.0, 6.0
@@ -217,12 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         scratch_database("nahida_bench_handover") as (url, _dsn),
         tempfile.TemporaryDirectory(prefix="nahida-bench-handover-") as tmp,
     ):
+        root = Path(tmp)
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            root = Path(tempfile.mkdtemp(prefix="handover-", dir=args.keep))
         engine = make_engine(url)
         upgrade(engine)
         ledger = SqlLedger(engine=engine)
         try:
-            term = run_mode("sigterm", url, Path(tmp), args, ledger)
-            kill = run_mode("sigkill", url, Path(tmp), args, ledger)
+            term = run_mode("sigterm", url, root, args, ledger)
+            kill = run_mode("sigkill", url, root, args, ledger)
         finally:
             engine.dispose()
         ok = report(term, kill, args)
