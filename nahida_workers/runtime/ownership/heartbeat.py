@@ -90,6 +90,7 @@ class Heartbeat:
         self._loss: LeaseLoss | None = None
         self._renewing = threading.Lock()
         self._losing = threading.Lock()
+        self._noting = threading.Lock()  # not _renewing: a renewal may wait on a slow store
         self._notes: list[LeaseNote] = []
         self._epoch_current: Callable[[], bool] | None = None
         self._last_ok = self._clock.monotonic()
@@ -130,7 +131,7 @@ class Heartbeat:
 
     def take_notes(self) -> list[LeaseNote]:
         """The notes gathered since the last call (re-takes), oldest first."""
-        with self._renewing:
+        with self._noting:
             notes, self._notes = self._notes, []
         return notes
 
@@ -234,7 +235,8 @@ class Heartbeat:
                 self._session_id,
                 self._owner,
             )
-            self._notes.append(LeaseNote("retaken", RETAKEN_EMPTY))
+            with self._noting:
+                self._notes.append(LeaseNote("retaken", RETAKEN_EMPTY))
             self._last_ok = self._clock.monotonic()
             return
         holder = self._leases.holder(self._session_id)
