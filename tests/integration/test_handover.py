@@ -35,7 +35,7 @@ from nahida_workers.testing.fleet import Fleet, make_repo, submit, wait_done, wa
 
 pytestmark = pytest.mark.slow
 
-LEASE_TTL_S = 10.0
+LEASE_TTL_S = 20.0
 
 
 def _lines(path: Path) -> list[str]:
