@@ -17,7 +17,7 @@ Three owners retry, each in exactly one place (STYLE.md habit 5):
 
 1. **provider retries** -- ``providers/retry.py`` retries a provider call on
    429/5xx/timeouts with backoff, honouring ``Retry-After``;
-2. **commit-point outage retries** -- ``runtime/outage.py`` retries a fenced
+2. **commit-point outage retries** -- ``runtime/commits/outage.py`` retries a fenced
    commit point (and the tool worker's epoch check) through a short ledger
    outage, never applying a commit twice (DESIGN.md section 3);
 3. **Celery delivery retries** -- the ``run_session`` task re-publishes a
@@ -304,6 +304,15 @@ class LeaseHeldError(RunError):
 
 
 class LeaseLostError(RunError):
-    """This owner's lease expired or was taken; it must stop writing at once."""
+    """This owner's lease expired or was taken; it must stop writing at once.
+
+    Attributes:
+        reason: why the owner counts the lease as lost (a ``LeaseLoss`` value of
+            ``core/handover.py``; empty when not known).
+    """
 
     failure_code = FailureCode.LEASE_LOST
+
+    def __init__(self, message: str, *, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.reason = reason

@@ -10,9 +10,6 @@ The OpenAPI document is completed by :mod:`nahida_workers.api.openapi`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from fastapi import APIRouter, Depends, FastAPI
 
 from nahida_workers.api.admission import Admission, AdmissionLimits
@@ -21,24 +18,17 @@ from nahida_workers.api.follow import follow_routes
 from nahida_workers.api.guard import BodyLimit, install_error_handlers
 from nahida_workers.api.inputs import known_query_only
 from nahida_workers.api.openapi import install_openapi
+from nahida_workers.api.services import Services
 from nahida_workers.api.sessions import Tools, session_routes
-from nahida_workers.runtime.wiring import Fleet
 from nahida_workers.settings import Settings
+from nahida_workers.web.pages import web_router
 
-__all__ = ["OPEN_PATHS", "UNGATED", "Services", "create_app", "registered_tools"]
+__all__ = ["OPEN_PATHS", "UNGATED", "create_app", "registered_tools"]
 
 #: Paths served without a token.
 OPEN_PATHS = frozenset({"/healthz", "/login"})
 #: Paths served without an admission slot: they never touch the ledger.
 UNGATED = frozenset({"/healthz", "/login", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
-
-
-@dataclass
-class Services:
-    """What the API acts through: the fleet of this process and a Redis client for events."""
-
-    fleet: Fleet
-    redis: Any
 
 
 def registered_tools(settings: Settings) -> frozenset[str]:
@@ -87,8 +77,6 @@ def create_app(services: Services) -> FastAPI:
     follow_routes(v1, services)
     app.include_router(v1)
     install_openapi(app, settings, tools)
-    from nahida_workers.web.pages import web_router
-
     app.include_router(web_router(services))
     return app
 

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 
 from nahida_workers.core.events import SessionStatus
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 
 __all__ = ["CoalescingDispatcher"]
 

@@ -75,7 +75,7 @@ def follow_routes(v1: APIRouter, services: Any) -> None:
         ),
     ) -> StreamingResponse:
         """Server-sent events: the history first, then new events until the run is done."""
-        from nahida_workers.runtime.channel import stream_key
+        from nahida_workers.runtime.observe.channel import stream_key
 
         full = resolve(ledger, "session", checked_id(session_id))
         key = stream_key(full, fleet.settings.redis_key_prefix)

@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.records import RunRecord, SessionRecord
-from nahida_workers.runtime.channel import ChannelPolicy
+from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.runtime.spec import Limits, ParentClose
 from nahida_workers.tools.base import Placement
 

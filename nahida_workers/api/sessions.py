@@ -43,8 +43,8 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.dispatcher import provider_labels
-from nahida_workers.runtime.preflight import check_spec
+from nahida_workers.runtime.dispatch.dispatcher import provider_labels
+from nahida_workers.runtime.dispatch.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, validation_summary
 
 __all__ = ["RECORDED_MESSAGE", "Tools", "checked_id", "session_routes"]

@@ -20,7 +20,7 @@ from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
 from nahida_workers.errors import ConfigError
-from nahida_workers.runtime.channel import ChannelPolicy
+from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -134,8 +134,8 @@ class SessionSpec(_Spec):
         contract: the completion contract.
         limits: run bounds.
         stop_hooks: ``module:function`` paths of stop hooks (see
-            ``runtime/hooks.py``).
-        channel: which user-visible events watchers see (``runtime/channel.py``).
+            ``runtime/ownership/hooks.py``).
+        channel: which user-visible events watchers see (``runtime/observe/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (DESIGN.md section 8).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
@@ -190,7 +190,13 @@ class SessionSpec(_Spec):
 
 
 class JobSpec(SessionSpec):
-    """A job file: a named session spec applied to many workspaces."""
+    """A job file: a named session spec applied to many workspaces.
+
+    Attributes:
+        name: the job's label in reports and listings (:func:`load_job` names a
+            job file without one after its file).
+        description: what the job does, in a line (a label, like ``name``).
+    """
 
     name: str
     description: str = ""

@@ -100,7 +100,7 @@ def test_schemathesis_finds_no_failure_over_the_whole_api(
                 "examples,coverage,fuzzing,stateful",
                 "--no-color",
             ],
-            cwd=ROOT,
+            cwd=tmp_path,  # its cache (.schemathesis/) stays out of the repository
             env={
                 **os.environ,
                 "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks",

@@ -19,8 +19,8 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, OutboxRecord
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.testing import FakeClock, ListTaskQueue
 from tests.conftest import truncate
 from tests.contract.ledger_world import make_world

@@ -15,7 +15,7 @@ import pytest
 from nahida_workers.api.coalesce import CoalescingDispatcher
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.ledger.memory import MemoryLedger
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import FakeClock, scripted_spec
 from nahida_workers.testing.fleet import wait_for
 

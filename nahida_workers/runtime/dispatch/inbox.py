@@ -1,0 +1,103 @@
+"""Posting to a session's inbox: steering, background completions, cancel (DESIGN.md section 8).
+
+A message is a durable row before anyone acts on it; the same message id
+twice is one message.  What happens next depends on the session:
+
+* a worker owns it -- the message is claimed at its next provider boundary
+  (or, when ``next_turn`` is false, starts the next run after this one);
+* nobody owns it -- the session is dispatched again;
+* it is done -- it goes back to ``queued`` and a new run starts from the
+  message ("input that arrives after the run sealed starts the next run").
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from nahida_workers.core.events import SessionStatus
+from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage
+from nahida_workers.errors import NotFoundError, UserError
+from nahida_workers.ports import Clock, LeaseStore, LedgerInbox, LedgerReader, LedgerWriter, TxT
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+
+__all__ = ["Inbox", "InboxLedger"]
+
+
+class InboxLedger(LedgerWriter[TxT], LedgerInbox[TxT], LedgerReader, Protocol[TxT]):
+    """The ledger ports the inbox's write side uses (DESIGN.md section 8)."""
+
+
+@dataclass
+class Inbox:
+    """The write side of session inboxes.
+
+    Attributes:
+        limits: pending-message bounds per session (20 user, 100 background,
+            64 KiB by default).
+    """
+
+    ledger: InboxLedger[Any]
+    leases: LeaseStore
+    dispatcher: Dispatcher
+    clock: Clock
+    limits: InboxLimits = field(default_factory=InboxLimits)
+
+    def post(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        message_id: str | None = None,
+        kind: InboxKind = InboxKind.USER,
+        next_turn: bool = True,
+    ) -> tuple[InboxMessage, bool]:
+        """Enqueue a message (idempotent by ``message_id``) and make sure it is seen.
+
+        Returns:
+            ``(message, created)``; ``created`` is False for a known id.
+
+        Raises:
+            NotFoundError: no such session.
+            InboxFullError: a pending limit would be exceeded; nothing was written.
+            UserError: an empty message.
+        """
+        if not text.strip():
+            raise UserError("an inbox message needs text")
+        now = self.clock.now()
+        message = InboxMessage(
+            message_id=message_id or uuid.uuid4().hex,
+            session_id=session_id,
+            kind=kind,
+            text=text,
+            size_bytes=len(text.encode("utf-8")),
+            next_turn=next_turn,
+            created_at=now,
+        )
+        # One connection per post: the status is changed in the transaction that
+        # holds the session row lock, never read through a second pool checkout
+        # (under a burst every holder of a lock waited for a second connection).
+        with self.ledger.transaction() as tx:
+            stored, created = self.ledger.enqueue_inbox(tx, message, self.limits)
+            reopened = created and self.ledger.reopen_session(tx, session_id, at=now)
+        if created and (reopened or self.leases.holder(session_id) is None):
+            self.dispatcher.redispatch(session_id)
+        return stored, created
+
+    def cancel(self, session_id: str) -> None:
+        """Ask the session's run to stop at its next boundary (ends ``cancelled``).
+
+        Raises:
+            NotFoundError: no such session.
+            UserError: the session is done: there is nothing to cancel.
+        """
+        session = self.ledger.get_session(session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id}")
+        if session.status is SessionStatus.DONE:
+            raise UserError(f"session {session_id} is done; nothing to cancel")
+        with self.ledger.transaction() as tx:
+            self.ledger.request_cancel(tx, session_id, at=self.clock.now())
+        if self.leases.holder(session_id) is None:
+            self.dispatcher.redispatch(session_id)

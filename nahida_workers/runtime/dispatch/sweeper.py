@@ -1,0 +1,113 @@
+"""The sweeper (celery beat): repair what crashes leave behind (DESIGN.md section 1).
+
+* Outbox rows a crash left unpublished are published.
+* A session marked ``running`` whose lease is gone has lost its owner
+  (SIGKILL, OOM, a host gone): once it has been quiet for
+  ``redispatch_after_s`` it is dispatched again.  The next owner bumps the
+  epoch, closes the orphan calls and continues from the ledger.
+* A session still ``queued`` with no owner after ``redispatch_queued_after_s``
+  lost its task message: a worker killed between taking the message off the
+  queue and recording it unacknowledged (kombu's Redis transport does these
+  in two steps) leaves it nowhere, and the broker never redelivers it (found
+  by ``bench/chaos.py``).  It is dispatched again.
+* After the broker lost its messages (detected by the caller, e.g. a Redis
+  restart), queued sessions are dispatched again at once.
+* A session that wrote nothing for ``settle_after_s`` and has no owner is
+  settled ``failed/abandoned``.
+
+Re-dispatching is always safe: a duplicate delivery finds the lease held or
+the session done and exits without writing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from nahida_workers.core.events import SessionStatus
+from nahida_workers.ports import Clock, LeaseStore, LedgerReader
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.session import SessionRunner
+
+__all__ = ["SweepReport", "Sweeper"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one sweep did."""
+
+    outbox_published: int
+    redispatched: tuple[str, ...]
+    settled: tuple[str, ...] = ()
+    broker_reset: bool = False
+
+
+@dataclass
+class Sweeper:
+    """One sweep over the ledger.
+
+    Attributes:
+        redispatch_after_s: seconds a ``running`` session must have been quiet
+            (no lease, no status change) before it is dispatched again.
+        redispatch_queued_after_s: the same for a ``queued`` session; longer,
+            because its message may still wait behind a backlog (default: the
+            broker's visibility timeout, past which Redis itself would have
+            redelivered a message that was merely unacknowledged).
+        settle_after_s: seconds an unfinished session may go without a single
+            ledger write and without an owner before it is settled
+            ``failed/abandoned`` (a crash loop, a poison session).
+        broker_reset: returns True once after the broker lost its messages
+            (a Redis restart without persistence): every unfinished session
+            without an owner is then dispatched again at once.
+        runner: settles stuck sessions (None: never settle).
+    """
+
+    ledger: LedgerReader
+    leases: LeaseStore
+    dispatcher: Dispatcher
+    clock: Clock
+    redispatch_after_s: float = 60.0
+    redispatch_queued_after_s: float = 300.0
+    settle_after_s: float = 3600.0
+    broker_reset: Callable[[], bool] = field(default=lambda: False)
+    runner: SessionRunner | None = None
+
+    def sweep(self) -> SweepReport:
+        """Publish the outbox, re-dispatch ownerless sessions, settle stuck ones."""
+        published = self.dispatcher.publish_pending()
+        now = self.clock.now()
+        reset = self.broker_reset()
+        if reset:
+            log.warning("the broker lost its messages; re-dispatching every ownerless session")
+        settled: list[str] = []
+        if self.runner is not None:
+            cutoff = now - timedelta(seconds=self.settle_after_s)
+            for session_id in self.ledger.quiet_sessions(older_than=cutoff):
+                if self.leases.holder(session_id) is None and self.runner.settle(session_id):
+                    settled.append(session_id)
+        redispatched: list[str] = []
+        after_s = {
+            SessionStatus.QUEUED: self.redispatch_queued_after_s,
+            SessionStatus.RUNNING: self.redispatch_after_s,
+        }
+        for session in self.ledger.sessions(statuses=list(after_s)):
+            if session.session_id in settled:
+                continue
+            quiet_s = (now - session.updated_at).total_seconds()
+            if not reset and quiet_s < after_s[session.status]:
+                continue
+            if self.leases.holder(session.session_id) is not None:
+                continue
+            log.warning(
+                "session %s: %s with no lease owner for %.0fs; re-dispatching",
+                session.session_id,
+                session.status.value,
+                quiet_s,
+            )
+            self.dispatcher.redispatch(session.session_id, touch_status=session.status)
+            redispatched.append(session.session_id)
+        return SweepReport(published, tuple(redispatched), tuple(settled), reset)
