@@ -279,7 +279,7 @@ def writing_commands(state: RunState) -> list[str]:
 
 
 @lru_cache(maxsize=64)
-def _spec(globs: tuple[str, ...]) -> pathspec.PathSpec:
+def _spec(globs: tuple[str, ...]) -> pathspec.PathSpec[Any]:
     return pathspec.PathSpec.from_lines("gitwildmatch", globs)
 
 

@@ -18,7 +18,7 @@ from nahida_workers.runtime.wiring import provider_for, registry_for
 from nahida_workers.settings import Settings
 from nahida_workers.tools.base import ToolRegistry
 
-__all__ = ["check_spec"]
+__all__ = ["check_agent", "check_spec"]
 
 
 def check_spec(spec: SessionSpec, settings: Settings) -> None:
@@ -36,9 +36,7 @@ def check_spec(spec: SessionSpec, settings: Settings) -> None:
     """
     _check_one(spec, settings, "the scripted provider")
     for name in sorted(spec.agents):
-        own = spec.agents[name].provider is not None
-        child = spec.child_spec(name, "-")
-        _check_one(child, settings, f"agent {name!r}'s scripted provider", script=own)
+        check_agent(spec, name, settings)
     if not spec.may_verify():
         return
     for attempt in range(1, len(spec.verification.next_providers) + 2):
@@ -48,6 +46,17 @@ def check_spec(spec: SessionSpec, settings: Settings) -> None:
         writers = [n for n in registry.names() if not _read_only(registry, n)]
         if writers:
             raise ConfigError(f"the verifier's tools must be read-only; these write: {writers}")
+
+
+def check_agent(spec: SessionSpec, name: str, settings: Settings) -> None:
+    """:func:`check_spec` for the profile ``name`` of ``spec``: its tools, provider, script.
+
+    Raises:
+        ConfigError: as :func:`check_spec`; KeyError: no such profile.
+    """
+    own = spec.agents[name].provider is not None
+    child = spec.child_spec(name, "-")
+    _check_one(child, settings, f"agent {name!r}'s scripted provider", script=own)
 
 
 def _read_only(registry: ToolRegistry, name: str) -> bool:
