@@ -269,7 +269,10 @@ def changed_paths(state: RunState) -> list[str]:
     seen: dict[str, None] = {}
     for change in _changes(state):
         if change.path is not None:
-            seen.setdefault(change.path.lstrip("./") or change.path, None)
+            path = change.path
+            while path.startswith("./"):
+                path = path[2:]
+            seen.setdefault(path or change.path, None)
     return list(seen)
 
 
@@ -279,8 +282,8 @@ def writing_commands(state: RunState) -> list[str]:
 
 
 @lru_cache(maxsize=64)
-def _spec(globs: tuple[str, ...]) -> pathspec.PathSpec[Any]:
-    return pathspec.PathSpec.from_lines("gitwildmatch", globs)
+def _spec(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(globs)
 
 
 def matches(path: str, globs: Sequence[str]) -> bool:
