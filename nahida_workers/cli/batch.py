@@ -90,15 +90,18 @@ def _validate(
         ConfigError: an unknown tool, an invalid provider, a script calling a
             tool that is not offered, a broken agent definition (naming its file).
     """
-    base = with_agents(spec, settings=settings)
-    check_spec(base, settings)
+    if not spec.trust_workspace:
+        base = with_agents(spec, settings=settings)
+        check_spec(base, settings)
+        return {path: base for path in repos}
+    # Each repository may define the agents its script starts: check each merge.
     specs: dict[Path, SessionSpec] = {}
+    checked: list[SessionSpec] = []
     for path in repos:
-        merged = (
-            with_agents(spec, settings=settings, workspace=path) if spec.trust_workspace else base
-        )
-        if merged is not base and merged != base:
+        merged = with_agents(spec, settings=settings, workspace=path)
+        if merged not in checked:
             check_spec(merged, settings)
+            checked.append(merged)
         specs[path] = merged
     return specs
 

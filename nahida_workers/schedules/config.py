@@ -86,12 +86,12 @@ def _with_agents(job: JobSpec, settings: Settings, repos: Sequence[str]) -> JobS
     from nahida_workers.runtime.dispatch.preflight import check_spec
 
     merged = with_agents(job, settings=settings)
-    check_spec(merged.session_spec(), settings)
-    if merged.trust_workspace:
-        for repo in repos:
-            spec = with_agents(merged, settings=settings, workspace=Path(repo), config=False)
-            if spec != merged:
-                check_spec(spec.session_spec(), settings)
+    if not merged.trust_workspace:
+        check_spec(merged.session_spec(), settings)
+        return merged
+    for repo in repos:  # each repository may define the agents the script starts
+        spec = with_agents(merged, settings=settings, workspace=Path(repo), config=False)
+        check_spec(spec.session_spec(), settings)
     return merged
 
 

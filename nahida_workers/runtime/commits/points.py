@@ -354,6 +354,7 @@ class CommitPoints:
 
         self._commit(state, events, also=also)
         family.publish_all(outboxes)
+        pause_point("start_verifier")  # test-only, inert by default: a crash test kills here
 
     def seal(
         self, state: RunState, run: RunRecord, finish: Finish, *, within_s: float | None = None
