@@ -256,3 +256,15 @@ def test_a_job_spec_stays_a_job_spec() -> None:
     job = JobSpec.model_validate({"name": "j", "prompt": "p", "tools": ["Read", "Task"]})
     merged = with_agents(job, settings=settings(None))
     assert isinstance(merged, JobSpec)
+
+
+def test_the_shipped_config_folder_is_valid() -> None:
+    """``config/agents`` (the default ``NAHIDA_AGENTS_DIR``) holds working definitions."""
+    root = Path(__file__).resolve().parents[2]
+    found = read_folder(root / "config" / "agents")
+    assert "test-reviewer" in found
+    spec = scripted_spec([{"text": "x"}], tools=["Read", "Task"])
+    merged = with_agents(spec, settings=settings(root / "config" / "agents"))
+    reviewer = merged.child_spec("test-reviewer", "review the tests")
+    assert reviewer.tools == ("Read", "Glob", "Grep", "LS")
+    assert reviewer.system_prompt is not None and "test suite" in reviewer.system_prompt
