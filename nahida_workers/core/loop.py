@@ -64,7 +64,7 @@ from nahida_workers.core.policy import (
     evaluate_candidate,
 )
 from nahida_workers.core.policy.delegation import DelegationContract
-from nahida_workers.core.policy.verification import GatePolicy, VerifierView
+from nahida_workers.core.policy.verification import GatePolicy, VerifierView, workspace_base
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import Projection
 from nahida_workers.core.verifier_steps import (
@@ -125,6 +125,8 @@ class LoopConfig:
         may_write: tool name -> it may change the workspace (the base commit
             is recorded before the first such call, ``core/verifier_steps.py``).
         records_base: the session may need a verifier's diff: record the base.
+        base_at_start: record it before the first provider call (a session
+            with a goal: its children, not only itself, may do the work).
     """
 
     system_prompt: str | None = None
@@ -146,6 +148,7 @@ class LoopConfig:
     goal: str | None = None
     may_write: Callable[[str], bool] = field(default=lambda _name: False)
     records_base: bool = False
+    base_at_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -370,6 +373,8 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
         )
     if signals.pending_steering > 0:  # a provider boundary with every call answered
         return ClaimInbox()
+    if config.records_base and config.base_at_start and not workspace_base(state)[0]:
+        return RecordBase()
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,

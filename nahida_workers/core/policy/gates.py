@@ -6,7 +6,7 @@
 * :func:`independent_verification` -- non-trivial changes need a fresh
   verifier's PASS for the run's current mutation revision
   (``core/policy/verification.py``); a FAIL is fed back (bounded), then
-  ``unverified/independent_verification_failed``;
+  ``unverified/verifier_rejected``;
 * :func:`goal_verification` -- a session with a goal completes only with
   the goal committed by a verifier's PASS (``core/policy/goals.py``); a FAIL
   is fed back as a continuation (bounded), then ``unverified/goal_rejected``;
@@ -101,7 +101,7 @@ def independent_verification(ctx: CandidateContext) -> PolicyAction:
     spent = corrections_by(ctx.state, GATE_STAGE) >= ctx.limits.independent_corrections
     if current and corrections_after(ctx.state, GATE_STAGE, current[-1].sequence) == 0:
         if spent:  # a FAIL not fed back, and no correction left
-            return Settle(TerminalState.UNVERIFIED, ReasonCode.INDEPENDENT_VERIFICATION_FAILED)
+            return Settle(TerminalState.UNVERIFIED, ReasonCode.VERIFIER_REJECTED)
         return Correct(
             GATE_STAGE,
             "An independent verifier checked your changes and did not accept them:\n"
@@ -109,7 +109,7 @@ def independent_verification(ctx: CandidateContext) -> PolicyAction:
             + "\nFix what it found (or check it again), then give your final answer.",
         )
     if current and spent:  # answered again on the same changes after the feedback
-        return Settle(TerminalState.UNVERIFIED, ReasonCode.INDEPENDENT_VERIFICATION_FAILED)
+        return Settle(TerminalState.UNVERIFIED, ReasonCode.VERIFIER_REJECTED)
     return StartVerifier(Purpose.GATE, ctx.candidate.sequence, revision, triggers)
 
 

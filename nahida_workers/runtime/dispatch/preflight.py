@@ -69,16 +69,16 @@ def _check_one(
 ) -> ToolRegistry:
     """:func:`check_spec` for one spec: tools, provider, and what its script calls.
 
-    ``script``: check what the provider's script calls (False for a profile
-    on the job's own provider: that script was checked as the job's).
+    ``script``: check the provider and what its script calls (False for a
+    profile on the job's own provider: that provider is checked as the job's).
     """
     tools = tuple(t for t in spec.tools if t != TASK_TOOL)  # the runtime runs Task itself
     registry = registry_for(spec.model_copy(update={"tools": tools}), settings)
+    if not script:
+        return registry
     close = getattr(provider_for(spec), "close", None)
     if callable(close):
         close()
-    if not script:
-        return registry
     offered = set(registry.names()) | ({TASK_TOOL} & set(spec.tools))
     if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
         offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt

@@ -58,6 +58,7 @@ from nahida_workers.core.loop import (
     final_text_for,
 )
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.policy.verification import VerifierView, pending_verifier
 from nahida_workers.core.receipts import idempotency_key
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
@@ -100,6 +101,8 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         tool = registry.get(name)
         return tool is not None and not tool.spec.read_only
 
+    goals = spec.goal is not None or GOAL_TOOL in spec.tools
+
     return LoopConfig(
         system_prompt=spec.system_prompt,
         tools=tools,
@@ -119,7 +122,8 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         task_available=task_available,
         goal=spec.goal,
         may_write=may_write,
-        records_base=spec.may_verify() and not (subagent and spec.goal is None),
+        records_base=spec.may_verify() and (not subagent or goals),
+        base_at_start=goals,
     )
 
 

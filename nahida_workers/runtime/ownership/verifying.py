@@ -61,7 +61,7 @@ def _start(driver: RunDriver, start: StartVerification) -> bool:
     family = driver.commits.family
     if family is None:  # the owner gives every session that may verify a family
         log.error("run %s: a verifier is needed but there is no child port", driver.run.run_id)
-        state, reason = TerminalState.UNVERIFIED, ReasonCode.INDEPENDENT_VERIFICATION_FAILED
+        state, reason = TerminalState.UNVERIFIED, ReasonCode.VERIFIER_REJECTED
         finish = Finish(state, reason, final_text_for(state, reason))
         driver.commits.seal(driver.state, driver.run, finish)
         return False

@@ -85,7 +85,7 @@ def test_the_stages_on_child_sessions_have_their_rows(report: EvalReport) -> Non
     assert {r.reason for r in rows} == {
         "answer_accepted",
         "delegation_contract_broken",
-        "independent_verification_failed",
+        "verifier_rejected",
         "goal_rejected",
         "goal_incomplete",
     }

@@ -45,7 +45,7 @@ REQUIRE = DelegationMode.REQUIRE
 AREAS = DelegationContract(REQUIRE, areas=("tests", "docs"))
 WORKTREE = DelegationContract(REQUIRE, worktree_only=True, read_only_agents=frozenset({"explore"}))
 BROKEN = Settle(TerminalState.UNVERIFIED, ReasonCode.DELEGATION_CONTRACT_BROKEN)
-FAILED = Settle(TerminalState.UNVERIFIED, ReasonCode.INDEPENDENT_VERIFICATION_FAILED)
+FAILED = Settle(TerminalState.UNVERIFIED, ReasonCode.VERIFIER_REJECTED)
 
 
 # -- the delegation contract ------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_a_malformed_verdict_is_a_fail(w: World, tmp_path: Path) -> None:
         verification={"provider": PROSE},
     )
     w.pump()
-    assert terminal(w, parent) == ("unverified", "independent_verification_failed")
+    assert terminal(w, parent) == ("unverified", "verifier_rejected")
     (kid,) = verifiers(w, parent)
     kid_run = w.runner.ledger.runs_of(kid.session_id)[-1]
     assert kid_run.terminal_reason is not None
@@ -188,7 +188,7 @@ def test_a_verifier_refused_by_a_limit_is_a_fail_never_a_wait(tmp_path: Path) ->
         verification={"provider": verdict("PASS")},
     )
     w.pump()
-    assert terminal(w, parent) == ("unverified", "independent_verification_failed")
+    assert terminal(w, parent) == ("unverified", "verifier_rejected")
     assert verifiers(w, parent) == []
     (adopted,) = controls(w, parent, "verifier_verdict")
     assert adopted["verdict"] == "FAIL" and "could not start" in adopted["reasons"][0]
