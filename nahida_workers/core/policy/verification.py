@@ -336,8 +336,8 @@ class VerdictRecord:
     goal: str | None = None
 
 
-def _controls(events: Iterable[Event], kind: str) -> Iterable[Event]:
-    return (e for e in events if e.type is EventType.CONTROL and e.payload.get("kind") == kind)
+def _controls(events: Iterable[Event], kind: str) -> list[Event]:
+    return [e for e in events if e.type is EventType.CONTROL and e.payload.get("kind") == kind]
 
 
 def _purpose(value: object) -> Purpose:
@@ -358,7 +358,7 @@ def starts(state: RunState) -> list[VerifierStart]:
             int(e.payload.get("revision") or 0),
             _goal_of(e.payload.get("goal")),
         )
-        for e in _controls(state.events, VERIFIER_STARTED)
+        for e in state.controls_of(VERIFIER_STARTED)
     ]
 
 
@@ -374,13 +374,18 @@ def verdicts(state: RunState, purpose: Purpose | None = None) -> list[VerdictRec
             tuple(str(r) for r in e.payload.get("reasons") or ()),
             _goal_of(e.payload.get("goal")),
         )
-        for e in _controls(state.events, VERIFIER_VERDICT)
+        for e in state.controls_of(VERIFIER_VERDICT)
     ]
     return [v for v in found if purpose is None or v.purpose is purpose]
 
 
 def pending_verifier(state: RunState) -> VerifierStart | None:
-    """The verifier started in this run whose verdict is not adopted yet, if any."""
+    """The verifier started in this run whose verdict is not adopted yet, if any.
+
+    Asked at every loop boundary: it reads the folded control index, O(verifiers).
+    """
+    if not state.controls_of(VERIFIER_STARTED):
+        return None
     done = {v.child for v in verdicts(state)}
     waiting = [s for s in starts(state) if s.child not in done]
     return waiting[-1] if waiting else None
@@ -392,7 +397,10 @@ def workspace_base(state: RunState) -> tuple[bool, str | None]:
     The first ``workspace_base`` event of the session wins (a session's diff
     is taken against the workspace as it was before its first change).
     """
-    for event in _controls((*state.history, *state.events), WORKSPACE_BASE):
+    key = (WORKSPACE_BASE, len(state.history))  # the history never changes: read it once
+    if key not in state.memo:
+        state.memo[key] = _controls(state.history, WORKSPACE_BASE)[:1]
+    for event in (*state.memo[key], *state.controls_of(WORKSPACE_BASE)):
         commit = event.payload.get("commit")
         return True, str(commit) if commit else None
     return False, None

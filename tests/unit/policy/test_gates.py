@@ -38,6 +38,7 @@ from nahida_workers.core.policy.verification import (
     gate_triggers,
     mutation_revision,
     parse_verdict,
+    pending_verifier,
 )
 from tests.unit.policy.runs import Run
 
@@ -474,3 +475,20 @@ def test_reading_commands_do_not_count_as_changes(command: str) -> None:
 @pytest.mark.parametrize("command", WRITES)
 def test_commands_that_may_write_count_as_changes(command: str) -> None:
     assert may_write(command)
+
+
+def test_the_folded_control_index_is_the_scan() -> None:
+    """``pending_verifier`` runs at every loop boundary: it reads an index, never the run."""
+    run = Run()
+    _three(run)
+    run.answer()
+    run.verdict(False)
+    run.correction(GATE_STAGE)
+    run.edit("a.py")
+    run.answer()
+    run.control(kind="verifier_started", child="v-late", purpose="gate", revision=4)
+    for kind in ("verifier_started", "verifier_verdict", "correction"):
+        scanned = [e for e in run.state.events if e.payload.get("kind") == kind]
+        assert run.state.controls_of(kind) == scanned
+    pending = pending_verifier(run.state)
+    assert pending is not None and pending.child == "v-late" and pending.revision == 4
