@@ -22,9 +22,12 @@ from pydantic_core import PydanticCustomError
 
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
+from nahida_workers.core.policy.delegation import DelegationMode
+from nahida_workers.core.policy.verification import DEFAULT_HIGH_RISK, DEFAULT_NOT_IMPLEMENTATION
 from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.providers.config import DEFAULT_API_KEY_ENV
 from nahida_workers.runtime.observe.channel import ChannelPolicy
-from nahida_workers.runtime.spec import Limits, ParentClose
+from nahida_workers.runtime.profiles import DEFAULT_TOOLS, Limits, ParentClose
 from nahida_workers.tools.base import Placement
 
 __all__ = [
@@ -141,8 +144,9 @@ class _HttpProviderIn(_ProviderCommon):
     base_url: str | None = Field(
         None, description="API root; one of NAHIDA_API_ALLOWED_BASE_URLS (default: the kind's)."
     )
-    api_key_env: str | None = Field(
-        None, description="Variable holding the key; one of NAHIDA_API_ALLOWED_KEY_ENVS."
+    api_key_env: str = Field(
+        DEFAULT_API_KEY_ENV,
+        description="Variable holding the key; one of NAHIDA_API_ALLOWED_KEY_ENVS.",
     )
 
 
@@ -184,9 +188,9 @@ class ContractIn(_In):
 
 
 _TOOLS = Field(
-    None,
+    default_factory=lambda: list(DEFAULT_TOOLS),
     max_length=64,
-    description="Registered tool names (default: Read, Glob, Grep, LS, Bash, Write, Edit).",
+    description="Registered tool names; ``null``: the parent's.",
     json_schema_extra={"uniqueItems": True},
 )
 
@@ -199,17 +203,44 @@ def _unique(value: list[str] | None) -> list[str] | None:
 
 
 class AgentProfileIn(_In):
-    """A child agent the job's ``Task`` tool may start."""
+    """A child agent the job's ``Task`` tool may start (``null``: the parent's own)."""
 
+    description: str = Field("", max_length=2000, description="Shown in the Task tool's schema.")
     system_prompt: str | None = None
-    provider: ProviderIn
+    provider: ProviderIn | None = Field(description="``null``: the parent's provider.")
     tools: list[str] | None = _TOOLS
     tool_choice: ToolChoice = ToolChoice.AUTO
-    contract: ContractIn | None = None
-    limits: Limits | None = None
+    contract: ContractIn = Field(default_factory=lambda: ContractIn())
+    limits: Limits | None = Field(default_factory=Limits, description="``null``: the parent's.")
     parent_close: ParentClose = ParentClose.CANCEL
 
     _unique_tools = field_validator("tools")(_unique)
+
+
+class DelegationIn(_In):
+    """The delegation contract (``core/policy/delegation.py``)."""
+
+    mode: DelegationMode = DelegationMode.FREE
+    areas: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="With `require`: one Task call per area (distinct, non-empty names).",
+    )
+    worktree_only: bool = False
+
+
+class VerificationIn(_In):
+    """The independent verification gate and the verifier's providers."""
+
+    provider: ProviderIn | None = Field(None, description="``null``: the job's provider.")
+    next_providers: list[ProviderIn] = Field(
+        default_factory=list, max_length=8, description="The 2nd, 3rd ... verifier's."
+    )
+    min_files: int = Field(3, ge=1)
+    high_risk_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_HIGH_RISK))
+    not_implementation_paths: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_NOT_IMPLEMENTATION)
+    )
 
 
 class JobIn(_In):
@@ -220,23 +251,42 @@ class JobIn(_In):
     prompt: str = Field(description="The first user input.")
     system_prompt: str | None = None
     provider: ProviderIn
-    tools: list[str] | None = _TOOLS
+    tools: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TOOLS),
+        max_length=64,
+        description="Registered tool names.",
+        json_schema_extra={"uniqueItems": True},
+    )
     placement: dict[str, Placement] = Field(default_factory=dict, max_length=64)
     tool_choice: ToolChoice = ToolChoice.AUTO
-    contract: ContractIn | None = None
-    limits: Limits | None = None
+    contract: ContractIn = Field(default_factory=lambda: ContractIn())
+    limits: Limits = Field(default_factory=Limits)
     stop_hooks: list[str] = Field(
         default_factory=list, max_length=16, description="NAHIDA_API_ALLOWED_STOP_HOOKS only."
     )
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
-    agents: dict[str, AgentProfileIn] = Field(default_factory=dict, max_length=16)
+    agents: dict[str, AgentProfileIn] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="By name; `general` and `explore` are built in, `verifier` is reserved.",
+    )
     parent_close: ParentClose = ParentClose.CANCEL
+    goal: str | None = Field(None, description="Completes only through a verifier's PASS.")
+    delegation: DelegationIn = Field(default_factory=lambda: DelegationIn())
+    verification: VerificationIn = Field(default_factory=lambda: VerificationIn())
+    trust_workspace: bool = Field(
+        False, description="Read agent definitions from the workspace's .nahida/agents/."
+    )
 
     _unique_tools = field_validator("tools")(_unique)
 
     def job_data(self) -> dict[str, Any]:
-        """The job as a job file's mapping (what :class:`JobSpec` validates)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The job as a job file's mapping (what :class:`JobSpec` validates).
+
+        Only the fields the request set: an explicit ``null`` means what it
+        means in a job file (an agent's ``null`` provider is its parent's).
+        """
+        return {"name": self.name, **self.model_dump(mode="json", exclude_unset=True)}
 
 
 class SessionIn(_In):

@@ -23,6 +23,7 @@ __all__ = [
     "BoundControl",
     "ControlShape",
     "CorrectionControl",
+    "GoalControl",
     "HandoverControl",
     "LeaseControl",
     "ParkedControl",
@@ -30,6 +31,9 @@ __all__ = [
     "RepairControl",
     "StopHookControl",
     "TruncationControl",
+    "VerifierStartedControl",
+    "VerifierVerdictControl",
+    "WorkspaceBaseControl",
 ]
 
 #: A string, or the ledger's capped record of a large one (``ledger/rules.py``).
@@ -124,6 +128,49 @@ class ParkedControl(ControlShape):
     calls: list[str]
 
 
+class WorkspaceBaseControl(ControlShape):
+    """``workspace_base``: the commit the session's diff is taken against (section 6).
+
+    ``commit`` is None when the workspace is not a git repository (or has no commit).
+    """
+
+    commit: str | None = None
+
+
+class VerifierStartedControl(ControlShape):
+    """``verifier_started``: a verifier child judges candidate ``candidate`` (section 6).
+
+    ``purpose`` is ``gate`` or ``goal``; ``revision`` the run's mutation
+    revision the verdict will hold for; ``triggers`` why the gate asked.
+    """
+
+    child: str
+    purpose: str
+    revision: int
+    candidate: int | None = None
+    triggers: list[str] = []
+    goal: str | None = None
+
+
+class VerifierVerdictControl(ControlShape):
+    """``verifier_verdict``: the verifier's verdict, parsed strictly (anything else is FAIL)."""
+
+    child: str
+    purpose: str
+    revision: int
+    verdict: str
+    reasons: list[_Text] = []
+    malformed: bool = False
+    goal: str | None = None
+
+
+class GoalControl(ControlShape):
+    """``goal``: a goal's transition ``from`` -> ``to`` (``core/policy/goals.py``)."""
+
+    goal: str
+    to: str
+
+
 #: The shape of each known control ``kind``.
 CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "correction": CorrectionControl,
@@ -135,4 +182,8 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "parked": ParkedControl,
     "lease": LeaseControl,
     "handover": HandoverControl,
+    "workspace_base": WorkspaceBaseControl,
+    "verifier_started": VerifierStartedControl,
+    "verifier_verdict": VerifierVerdictControl,
+    "goal": GoalControl,
 }

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nahida_workers.core.lineage import ChildLimits
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.errors import ConfigError
 from nahida_workers.lease.redis import RedisLeaseStore
@@ -104,10 +105,14 @@ def load_tool(path: str) -> Tool:
 def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
     """The tools a session may use, with placement overrides applied.
 
-    A contract with an ``output_schema`` adds the reserved StructuredOutput tool.
+    A contract with an ``output_schema`` adds the reserved StructuredOutput
+    tool; a job with a ``goal:`` gets ``UpdateGoal`` even if it does not list it.
     """
+    names = spec.tools
+    if spec.goal is not None and GOAL_TOOL not in names:
+        names = (*names, GOAL_TOOL)
     registry = build_registry(
-        spec.tools, settings, placement=spec.placement, bash_timeout_s=spec.limits.bash_timeout_s
+        names, settings, placement=spec.placement, bash_timeout_s=spec.limits.bash_timeout_s
     )
     schema = spec.contract.output_schema
     if schema is None:

@@ -19,6 +19,7 @@ from nahida_workers.tools.base import (
 from nahida_workers.tools.bash import Bash
 from nahida_workers.tools.edit import Edit
 from nahida_workers.tools.glob import Glob
+from nahida_workers.tools.goal import UpdateGoal
 from nahida_workers.tools.grep import Grep
 from nahida_workers.tools.ls import LS
 from nahida_workers.tools.read import Read
@@ -39,6 +40,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "ToolSpec",
+    "UpdateGoal",
     "Write",
     "cap_text",
     "default_registry",
@@ -49,7 +51,7 @@ __all__ = [
 
 
 def default_tools(*, bash_timeout_s: float = 120.0, max_capture_bytes: int = 1 << 20) -> list[Tool]:
-    """One instance of each built-in tool: Read, Glob, Grep, LS, Bash, Write, Edit.
+    """One instance of each built-in tool: Read, Glob, Grep, LS, Bash, Write, Edit, UpdateGoal.
 
     Args:
         bash_timeout_s: Bash's default and maximum command timeout, in seconds.
@@ -63,6 +65,7 @@ def default_tools(*, bash_timeout_s: float = 120.0, max_capture_bytes: int = 1 <
         Bash(timeout_s=bash_timeout_s, max_capture_bytes=max_capture_bytes),
         Write(),
         Edit(),
+        UpdateGoal(),
     ]
 
 

@@ -12,7 +12,10 @@ commit point        what it writes, in one fenced transaction
                     step 5); if that fails the run is sealed
                     ``failed/tool_persistence_failed``
 ``commit_control``  control events and the user input they inject (corrections,
-                    bounds, stop-hook verdicts) and inbox claims
+                    bounds, stop-hook verdicts, the workspace base, a verifier's
+                    adopted verdict) and inbox claims
+``start_verifier``  a ``verifier_started`` event (with a goal's transition) and the
+                    verifier child's rows (section 6; ``runtime/children/verifier.py``)
 ``seal``            a synthetic result + receipt for every call still open
                     (``core/sealing.py``), the terminal event, the run row, the
                     inbox acknowledgements and ``sessions.status = done``
@@ -64,6 +67,7 @@ from nahida_workers.core.events import (
     TerminalState,
 )
 from nahida_workers.core.handover import HandoverReason, handover_event, lease_event
+from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.loop import (
     Finish,
     final_text_for,
@@ -73,7 +77,7 @@ from nahida_workers.core.loop import (
 )
 from nahida_workers.core.messages import ProviderTurn, ToolCall
 from nahida_workers.core.receipts import missing_receipts
-from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord
+from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.core.sealing import closing_events, closing_receipts
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
@@ -329,6 +333,33 @@ class CommitPoints:
     ) -> None:
         """Control events and the input they inject; ``claims``: inbox ids committed as input."""
         self._commit(state, events, claims=claims)
+
+    def start_verifier(
+        self,
+        state: RunState,
+        events: Sequence[Event],
+        rows: tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord],
+    ) -> None:
+        """Section 6: ``verifier_started`` and the verifier child's rows, one transaction.
+
+        The child is written idempotently by its derived id (a replay writes
+        nothing new); a child limit that refuses it writes no row, which the
+        verdict then reads as a FAIL.  Its outbox row is published after commit.
+
+        Raises:
+            LedgerError: no child-session port; or the ledger refused the write.
+            LeaseLostError / StaleEpochError: this owner lost the session.
+        """
+        family = self._family()
+        outboxes: list[OutboxRecord] = []
+
+        def also(tx: Any) -> None:
+            outbox = family.spawner.spawn_rows(tx, rows)
+            outboxes[:] = [outbox] if outbox is not None else []
+
+        self._commit(state, events, also=also)
+        family.publish_all(outboxes)
+        pause_point("start_verifier")  # test-only, inert by default: a crash test kills here
 
     def commit_handover(self, state: RunState, reason: HandoverReason) -> None:
         """Section 8 (shutdown): this owner stops at a boundary; the next one goes on.

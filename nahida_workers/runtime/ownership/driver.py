@@ -41,6 +41,7 @@ from nahida_workers.core.events import (
 from nahida_workers.core.handover import HandoverReason, lease_event
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
+    AdoptVerdict,
     CallProvider,
     CallResult,
     ClaimInbox,
@@ -49,24 +50,30 @@ from nahida_workers.core.loop import (
     Finish,
     LoopConfig,
     Persist,
+    RecordBase,
     RunBatch,
     RunHooks,
     Signals,
+    StartVerification,
     decide,
     final_text_for,
 )
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
+from nahida_workers.core.policy.verification import VerifierView, pending_verifier
 from nahida_workers.core.receipts import idempotency_key
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.children.spawn import child_views, completion_prefix
+from nahida_workers.runtime.children.verifier import verifier_view
 from nahida_workers.runtime.commits.points import CommitPoints
 from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.observe.observer import Observer
 from nahida_workers.runtime.ownership.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.ownership.outcome import HandedOver
+from nahida_workers.runtime.ownership.verifying import apply_verifier_step
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -84,11 +91,24 @@ log = logging.getLogger(__name__)
 STARTS_WORK = (CallProvider, RunBatch, RunHooks)
 
 
-def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
-    """What the pure loop needs to know of a session spec and its tools."""
+def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = False) -> LoopConfig:
+    """What the pure loop needs to know of a session spec and its tools.
+
+    ``subagent``: the session is a child session (the independent
+    verification gate skips it, DESIGN.md section 6).
+    """
     tools = registry.schemas()
-    if TASK_TOOL in spec.tools:  # the runtime runs Task calls itself (section 8)
-        tools = (*tools, task_schema(sorted(spec.agents)))
+    task_available = TASK_TOOL in spec.tools
+    if task_available:  # the runtime runs Task calls itself (section 8)
+        areas = spec.delegation.areas or None
+        tools = (*tools, task_schema(sorted(spec.agents), areas=areas))
+
+    def may_write(name: str) -> bool:
+        tool = registry.get(name)
+        return tool is not None and not tool.spec.read_only
+
+    goals = spec.goal is not None or GOAL_TOOL in spec.tools
+
     return LoopConfig(
         system_prompt=spec.system_prompt,
         tools=tools,
@@ -102,6 +122,14 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
         policy=policy_limits(spec.limits),
         bounds=bound_limits(spec.limits),
         stop_hooks=bool(spec.stop_hooks),
+        delegation=spec.delegation_contract(),
+        gate=spec.verification.gate(),
+        subagent=subagent,
+        task_available=task_available,
+        goal=spec.goal,
+        may_write=may_write,
+        records_base=spec.may_verify() and (not subagent or goals),
+        base_at_start=goals,
     )
 
 
@@ -142,7 +170,7 @@ class RunDriver:
         self.state = state
         self.run = run
         self.registry = registry
-        self.config = loop_config(spec, registry)
+        self.config = loop_config(spec, registry, subagent=session.parent_id is not None)
         self.provider: Provider = runner.provider_for(spec)
         self.fallback = FallbackGuard()
         self.fallback.attach(self.provider)
@@ -225,7 +253,13 @@ class RunDriver:
             elapsed_s=(now - self.run.started_at).total_seconds(),
             children=self._children(),
             unfinished_children=self._unfinished(),
+            verifier=self._verifier(),
         )
+
+    def _verifier(self) -> VerifierView | None:
+        """What became of the pending verifier child (section 6), when one is pending."""
+        start = pending_verifier(self.state)
+        return verifier_view(self.r.ledger, start.child) if start is not None else None
 
     def _unfinished(self) -> tuple[str, ...]:
         """This session's children that have not ended (section 8), when it has a family."""
@@ -275,6 +309,8 @@ class RunDriver:
                 return self._apply_park(decision)
             case AdoptChildren():
                 return self._apply_adopt(decision)
+            case RecordBase() | StartVerification() | AdoptVerdict():
+                return apply_verifier_step(self, decision)
             case unreachable:
                 assert_never(unreachable)
 
@@ -400,6 +436,10 @@ class RunDriver:
         return Execution(CallResult(call.call_id, call.name, status, content), receipt)
 
     # -- helpers ------------------------------------------------------------------------------
+    def pending_inbox(self) -> list[InboxMessage]:
+        """The session's pending inbox messages."""
+        return self._pending_inbox()
+
     def _pending_inbox(self) -> list[InboxMessage]:
         return self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
 

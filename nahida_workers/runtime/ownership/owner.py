@@ -20,6 +20,7 @@ from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import FailureCode, ReasonCode
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxKind, InboxStatus, RunRecord, SessionRecord
 from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
@@ -96,7 +97,9 @@ class SessionOwner:
     def _family(self) -> Family | None:
         """The child-session wiring of this session (section 8), when it has any."""
         spec = self.session.config
-        uses_task = TASK_TOOL in (spec.get("tools") or ())
+        tools = spec.get("tools") or ()
+        # Task starts children; a goal (or UpdateGoal) starts verifiers (section 6).
+        uses_task = TASK_TOOL in tools or GOAL_TOOL in tools or spec.get("goal") is not None
         if not uses_task and self.session.parent_id is None:
             return None
         children = child_ledger(self.r.ledger)

@@ -65,7 +65,14 @@ FULL: dict[str, Any] = {
     "contract": {"evidence": "observe", "output_schema": {"type": "object"}},
     "limits": {"max_steps": 3},
     "channel": "progress_updates",
-    "agents": {"helper": {"provider": {"kind": "anthropic", "model": "c"}, "tools": ["Read"]}},
+    "agents": {
+        "helper": {"provider": {"kind": "anthropic", "model": "c"}, "tools": ["Read"]},
+        "twin": {"provider": None, "tools": None, "limits": None},  # the parent's own
+    },
+    "goal": "make it green",
+    "delegation": {"mode": "require", "areas": ["api", "docs"]},
+    "verification": {"provider": {"kind": "openai", "model": "v"}, "min_files": 2},
+    "trust_workspace": False,
 }
 
 
@@ -76,6 +83,10 @@ def test_a_job_the_model_takes_is_a_job_spec_and_its_provider_a_provider_config(
     ProviderConfig.model_validate(spec.provider)
     Script.model_validate(spec.provider["script"])
     ProviderConfig.model_validate(spec.agents["helper"].provider)
+    twin = spec.agents["twin"]
+    assert twin.provider is None and twin.tools is None and twin.limits is None
+    assert spec.goal == "make it green" and spec.delegation.areas == ("api", "docs")
+    assert spec.verification.min_files == 2
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,19 @@ def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
         {"kind": "lease", "event": "retaken", "epoch": 1},
         {"kind": "lease", "event": "lost", "reason": "another_owner", "epoch": "one"},
         {"kind": "handover", "reason": "worker_shutdown", "epoch": 3, "unstarted": "c1"},
+        {"kind": "workspace_base", "commit": 40},
+        {"kind": "verifier_started", "child": "v", "purpose": "gate"},
+        {"kind": "verifier_started", "child": "v", "purpose": "gate", "revision": "three"},
+        {"kind": "verifier_verdict", "child": "v", "purpose": "gate", "revision": 1},
+        {
+            "kind": "verifier_verdict",
+            "child": "v",
+            "purpose": "goal",
+            "revision": 1,
+            "verdict": "PASS",
+            "reasons": "fine",
+        },
+        {"kind": "goal", "goal": "job", "from": "active"},
     ],
 )
 def test_the_read_edge_checks_the_shape_of_each_known_control_kind(bad: dict[str, object]) -> None:
@@ -115,6 +128,29 @@ def test_every_control_kind_the_code_writes_has_a_shape_and_unknown_kinds_stay_o
         {"kind": "bound", "bound": "doom_loop", "key": "Bash:abc"},
         {"kind": "lease", "event": "retaken", "reason": "lease_store_empty", "epoch": 1},
         {"kind": "handover", "reason": "worker_shutdown", "epoch": 2, "unstarted": ["c3"]},
+        {"kind": "workspace_base", "commit": None},
+        {
+            "kind": "verifier_started",
+            "child": "v",
+            "purpose": "gate",
+            "revision": 3,
+            "candidate": 9,
+            "triggers": ["files_changed:3"],
+            "goal": None,
+        },
+        {
+            "kind": "verifier_verdict",
+            "child": "v",
+            "purpose": "goal",
+            "revision": 1,
+            "goal": "job",
+            "verdict": "FAIL",
+            "reasons": ["c.py is empty"],
+            "malformed": False,
+            "child_state": "completed",
+            "child_reason": "answer_accepted",
+        },
+        {"kind": "goal", "goal": "job", "from": "verifying", "to": "rejected", "reasons": ["x"]},
     ]
     assert {g["kind"] for g in good} == set(CONTROL_SHAPES)
     for data in good:
