@@ -86,13 +86,23 @@ class RecoveryControl(ControlShape):
 
 
 class ParkedControl(ControlShape):
-    """``parked``: the session waits for child sessions (section 8).
+    """``parked``: the session waits for child sessions, or on its team (section 8).
 
-    ``awaiting`` are the child session ids, ``calls`` the Task calls they answer.
+    ``awaiting`` are the child session ids, ``calls`` the Task calls they
+    answer; a park on a team names ``team`` and why it waits (``waiting_on``:
+    ``idle``, ``tasks`` or ``members``) instead.
     """
 
-    awaiting: list[str]
-    calls: list[str]
+    awaiting: list[str] = []
+    calls: list[str] = []
+    team: str | None = None
+    waiting_on: str | None = None
+
+
+class TeamControl(ControlShape):
+    """``team``: the team gate told a session about work it holds or can claim (section 8)."""
+
+    nudge: str
 
 
 #: The shape of each known control ``kind``.
@@ -104,4 +114,5 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "stop_hook": StopHookControl,
     "recovery": RecoveryControl,
     "parked": ParkedControl,
+    "team": TeamControl,
 }

@@ -63,6 +63,7 @@ from nahida_workers.core.policy import (
     evaluate_candidate,
 )
 from nahida_workers.core.state import RunState
+from nahida_workers.core.team_gate import TeamNudge, TeamView, TeamWait, team_gate
 from nahida_workers.core.transcript import Projection
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "RunBatch",
     "RunHooks",
     "Signals",
+    "TeamWait",
     "decide",
     "final_text_for",
     "result_events",
@@ -135,6 +137,8 @@ class Signals:
             ended (background ones); a ``completed`` verdict becomes
             ``incomplete/children_unfinished`` while any is left, unless the
             contract allows it.
+        team: the session's team as committed (``core/team_gate.py``); read
+            only at a candidate answer, None when it is in no team.
     """
 
     now: datetime
@@ -143,6 +147,7 @@ class Signals:
     pending_steering: int = 0
     children: Mapping[str, ChildView] = field(default_factory=dict)
     unfinished_children: tuple[str, ...] = ()
+    team: TeamView | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,16 @@ class Done:
 
 
 Decision = (
-    CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done | Park | AdoptChildren
+    CallProvider
+    | RunBatch
+    | Persist
+    | Finish
+    | RunHooks
+    | ClaimInbox
+    | Done
+    | Park
+    | AdoptChildren
+    | TeamWait
 )
 
 
@@ -415,7 +429,7 @@ def _judge_candidate(
     answer = str(candidate.payload.get("text", ""))
     match action:
         case Settle():
-            return _settle(action, config, signals, answer)
+            return _settle(action, state, config, signals, answer)
         case ContinueWithInbox():
             return ClaimInbox()
         case RunStopHooks():
@@ -434,13 +448,27 @@ def _judge_candidate(
             raise AssertionError(f"unexpected policy action {action!r}")
 
 
-def _settle(action: Settle, config: LoopConfig, signals: Signals, answer: str) -> Finish:
-    """The policy's verdict -- never ``completed`` while a child it started is unfinished.
+def _settle(
+    action: Settle, state: RunState, config: LoopConfig, signals: Signals, answer: str
+) -> Decision:
+    """The policy's verdict -- unless the session's team is not done with it.
 
-    DESIGN.md section 8: a session whose background children
-    still run ends ``incomplete/children_unfinished`` unless the contract's
+    DESIGN.md section 8: a team session whose answer would complete it first
+    passes the team gate (``core/team_gate.py``): it is told about work it
+    holds or can claim, or it parks on the team (an idle member until work
+    or mail arrives, the lead until the graph is settled and its members
+    ended).  Otherwise a session whose background children still run ends
+    ``incomplete/children_unfinished`` unless the contract's
     ``allow_unfinished_children`` says the job does not depend on them.
     """
+    if action.state is TerminalState.COMPLETED and signals.team is not None:
+        gate = team_gate(signals.team)
+        if isinstance(gate, TeamWait):
+            return gate
+        if isinstance(gate, TeamNudge):
+            if state.turns >= config.max_steps:
+                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+            return _prompt(state, signals, {"kind": "team", "nudge": gate.kind}, gate.text, "team")
     if (
         action.state is TerminalState.COMPLETED
         and signals.unfinished_children

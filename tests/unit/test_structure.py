@@ -47,10 +47,12 @@ ADAPTERS = (
 )
 
 #: The runtime modules that may open a ledger transaction: the owner's commit
-#: points, and the submission side that writes before any owner runs.
+#: points (a team session's are named in ``commits/team.py``), and the
+#: submission side that writes before any owner runs.
 TRANSACTION_OWNERS = frozenset(
     {
         "nahida_workers.runtime.commits.points",
+        "nahida_workers.runtime.commits.team",
         "nahida_workers.runtime.dispatch.dispatcher",
         "nahida_workers.runtime.dispatch.inbox",
     }

@@ -16,6 +16,7 @@ from nahida_workers.runtime.artifacts import PROMPT_ARTIFACT_TOOL, needs_artifac
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.runtime.wiring import provider_for, registry_for
 from nahida_workers.settings import Settings
+from nahida_workers.tools.team import SESSION_BOUND_TOOLS
 
 __all__ = ["check_spec"]
 
@@ -36,14 +37,15 @@ def check_spec(spec: SessionSpec, settings: Settings) -> None:
 
 def _check_one(spec: SessionSpec, settings: Settings, who: str) -> None:
     """:func:`check_spec` for one spec: tools, provider, and what its script calls."""
-    tools = tuple(t for t in spec.tools if t != TASK_TOOL)  # the runtime runs Task itself
+    # The runtime runs Task itself and binds the team tools to the session.
+    tools = tuple(t for t in spec.tools if t != TASK_TOOL and t not in SESSION_BOUND_TOOLS)
     if TASK_TOOL in spec.tools and not spec.agents:
         raise ConfigError("the job offers Task but names no agents: add an 'agents:' mapping")
     registry = registry_for(spec.model_copy(update={"tools": tools}), settings)
     close = getattr(provider_for(spec), "close", None)
     if callable(close):
         close()
-    offered = set(registry.names()) | ({TASK_TOOL} & set(spec.tools))
+    offered = set(registry.names()) | ({TASK_TOOL, *SESSION_BOUND_TOOLS} & set(spec.tools))
     if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
         offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt
     unknown = unknown_script_tools(spec.provider, offered)
