@@ -630,7 +630,7 @@ class TeamLedger(Protocol[TxIn]):
         ...
 
     def post_message(self, tx: TxIn, message: InboxMessage) -> bool:
-        """A team message into a session's inbox: idempotent by id, no limit, no row lock.
+        """A team message into a session's inbox: idempotent by id, no limit, no row lock taken.
 
         Team mail and wake-ups are never dropped by a steering limit (DESIGN.md
         section 8).  Returns whether it was inserted now.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 __all__ = [
     "CONTROL_SHAPES",
@@ -93,10 +93,18 @@ class ParkedControl(ControlShape):
     ``idle``, ``tasks`` or ``members``) instead.
     """
 
-    awaiting: list[str] = []
-    calls: list[str] = []
+    awaiting: list[str] | None = None
+    calls: list[str] | None = None
     team: str | None = None
     waiting_on: str | None = None
+
+    @model_validator(mode="after")
+    def _children_or_team(self) -> ParkedControl:
+        children = self.awaiting is not None and self.calls is not None
+        team = self.team is not None and self.waiting_on is not None
+        if children == team:
+            raise ValueError("a park names awaiting and calls, or team and waiting_on")
+        return self
 
 
 class TeamControl(ControlShape):

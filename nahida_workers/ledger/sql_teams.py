@@ -4,9 +4,10 @@ Composed over a :class:`~nahida_workers.ledger.sql.SqlLedger`; writes run in
 its transactions.  Lock order: a team change locks the ``teams`` row first
 (``SELECT ... FOR UPDATE``), then its actor's session row (the fence); it
 never locks a session row it only names (the team tables have no foreign
-key to ``sessions``, and team mail is inserted without the inbox's row
-lock), so a member's seal -- its own row, then its parent's -- can never
-wait on a team change that waits on it.
+key to ``sessions``, and team mail is inserted without the inbox's
+``FOR UPDATE`` of the recipient's row; the inbox's and the outbox's own
+foreign keys take only a key-share lock), so a member's seal -- its own
+row, then its parent's -- can never wait on a team change that waits on it.
 
 A claim takes no team lock: it is ONE conditional ``UPDATE`` under the
 claimant's fence.  Its ``WHERE`` holds every rule: the task is ``open``, no
@@ -316,7 +317,7 @@ class SqlTeams:
         )
 
     def post_message(self, tx: SqlTx, message: InboxMessage) -> bool:
-        """Insert a pending inbox row (idempotent by id); no limit, no session row lock."""
+        """Insert a pending inbox row (idempotent by id): no limit, no ``FOR UPDATE`` taken."""
         message = storable(message)
         conn = tx.conn
         if (
@@ -337,8 +338,9 @@ class SqlTeams:
                 created_at=message.created_at,
             )
             .on_conflict_do_nothing(index_elements=["message_id"])
-        )
-        return bool(inserted.rowcount == 1)
+            .returning(t.session_inbox.c.message_id)  # psycopg's rowcount is not reliable here
+        ).first()
+        return inserted is not None
 
     def park_team(self, tx: SqlTx, session_id: str, *, at: datetime) -> bool:
         """``waiting`` under the session's own fence, unless its cancel was requested."""

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.core.teams import LogAction, TaskStatus, TeamRole
+from nahida_workers.core.teams import TaskStatus, TeamRole
 from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.runtime.commits.team import release_stale_claims
