@@ -224,3 +224,146 @@ def test_stale_claim_of_an_ended_member_is_released_after_the_bound(
         "released",
     ]
     assert sweep() == []  # nothing more to release
+
+
+class _Crash(BaseException):
+    """A worker killed between two commits (not an error any layer may catch)."""
+
+
+def test_an_owner_killed_after_its_claim_committed_renews_it_and_completes_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL between the claim's commit and its result's: the claim is re-run, not doubled.
+
+    The next owner's recovery re-runs the idempotent TeamTaskClaim call
+    (DESIGN.md section 3): it renews the claim the session already holds
+    (``refenced`` at the new epoch) instead of claiming another task.
+    """
+    w = World()
+    lead = submit(w, lead_turns(member("m1", "worker")), tmp_path)
+    ledger = w.runner.ledger
+    teams = team_ledger(ledger)
+    m1 = child_id(RUN, "m1")
+    seen = {"claim": False, "killed": False}
+
+    def kill_after_the_claim() -> None:
+        """Let the claim's own commit through; die on the next one (the claim's result)."""
+        claimed = any(e.action.value == "claimed" for e in teams.task_log(lead))
+        if claimed and seen["claim"] and not seen["killed"]:
+            seen["killed"] = True
+            raise _Crash
+        seen["claim"] = claimed
+
+    ledger.commit_hook = kill_after_the_claim
+    with pytest.raises(_Crash):
+        w.pump(limit=200)
+    ledger.commit_hook = None
+    (claim_call,) = [
+        e for e in ledger.events(ledger.runs_of(m1)[-1].run_id) if e.type is EventType.TOOL_CALL
+    ]
+    assert not [e for e in ledger.events(claim_call.run_id) if e.type is EventType.TOOL_RESULT]
+    w.queue.published.append((m1, "redelivery"))  # the broker redelivers the killed delivery
+    w.pump(limit=200)
+    log = actions(ledger, lead)
+    assert [a[1] for a in log if a[0] == "t1"] == ["created", "claimed", "refenced", "done"]
+    assert all(
+        len([a for a in log if a[0] == k and a[1] == "claimed"]) == 1
+        for k in ["t1", "t2", "t3", "t4"]
+    )
+    assert [t.status for t in teams.read_team(lead).tasks] == [TaskStatus.DONE] * 4
+    history = teams.task_log(lead)
+    first = next(e for e in history if e.action.value == "claimed")
+    renewed = next(e for e in history if e.action.value == "refenced")
+    assert renewed.member_id == first.member_id == m1
+    assert renewed.epoch is not None and first.epoch is not None and renewed.epoch > first.epoch
+    assert final(ledger, lead)["state"] == "completed"
+    assert final(ledger, m1)["state"] == "completed"
+
+
+def test_a_message_reaches_its_member_as_input_by_member_id(w: World, tmp_path: Path) -> None:
+    """SendMessage addresses a member by the id its Task result gave; it arrives as input."""
+    hello = worker_profile(
+        [
+            {"tool_calls": [{"id": "claim", "name": "TeamTaskClaim", "arguments": {}}]},
+            {
+                "tool_calls": [
+                    {
+                        "id": "done",
+                        "name": "TeamTaskComplete",
+                        "arguments": {"task_id": "${result:claim:line:0}", "result": "said hi"},
+                    }
+                ]
+            },
+            {"text": "Idle."},
+        ]
+    )
+    turns = [
+        {"text": "Team.", "tool_calls": [member("m1", "greeter", "hello")]},
+        {
+            "text": "Tell it.",
+            "tool_calls": [
+                {
+                    "id": "send",
+                    "name": "SendMessage",
+                    "arguments": {"to": "${result:m1:line:1}", "text": "please say hi"},
+                },
+                {"id": "bad", "name": "SendMessage", "arguments": {"to": "greeter", "text": "x"}},
+            ],
+        },
+        {"text": "Plan.", "tool_calls": [create("t1")]},
+        {"text": "Waiting for the team."},
+        {"text": "It said hi."},
+    ]
+    lead = submit(w, turns, tmp_path, hello=hello)
+    w.pump(limit=100)
+    ledger = w.runner.ledger
+    m1 = child_id(RUN, "m1")
+    results = {e.call_id: e.payload for e in ledger.events(RUN) if e.type is EventType.TOOL_RESULT}
+    assert results["send"]["status"] == "ok" and m1 in results["send"]["content"]
+    # a display name is a label, never an address
+    assert (
+        results["bad"]["status"] == "error" and "no member 'greeter'" in results["bad"]["content"]
+    )
+    got = [
+        e.payload
+        for e in ledger.events(ledger.runs_of(m1)[0].run_id)
+        if e.type is EventType.USER_INPUT and e.payload.get("source") == "inbox"
+    ]
+    assert got[0]["message_id"] == f"team-mail:{RUN}:send"
+    assert got[0]["text"] == f"Message from lead ({lead}): please say hi"
+    assert final(ledger, lead)["state"] == "completed"
+    assert final(ledger, m1)["state"] == "completed"
+
+
+def test_todo_write_keeps_one_sessions_checklist_in_the_ledger(w: World, tmp_path: Path) -> None:
+    items = [
+        {"content": "read", "status": "completed"},
+        {"content": "edit", "status": "in_progress"},
+    ]
+    turns = [
+        {"tool_calls": [{"id": "todo", "name": "TodoWrite", "arguments": {"todos": items}}]},
+        {
+            "tool_calls": [
+                {
+                    "id": "bad",
+                    "name": "TodoWrite",
+                    "arguments": {
+                        "todos": [{**items[1]}, {"content": "x", "status": "in_progress"}]
+                    },
+                }
+            ]
+        },
+        {"text": "Noted."},
+    ]
+    spec = scripted_spec(turns, tools=["TodoWrite"])
+    session, _ = w.dispatcher.submit(spec, workspace=str(tmp_path))
+    w.pump()
+    ledger = w.runner.ledger
+    run = ledger.runs_of(session.session_id)[0].run_id
+    results = {e.call_id: e.payload for e in ledger.events(run) if e.type is EventType.TOOL_RESULT}
+    assert results["todo"]["content"] == "Checklist (1/2 completed):\n[x] read\n[>] edit"
+    assert results["bad"]["status"] == "error"
+    assert team_ledger(ledger).todos(session.session_id) == (items, 1)
+    # a checklist makes no team: the session is in none, and it ends as usual
+    assert team_ledger(ledger).team_of(session.session_id) is None
+    assert final(ledger, session.session_id)["state"] == "completed"
