@@ -77,6 +77,7 @@ from nahida_workers.ports import (
     TeamLedger,
     TxT,
 )
+from nahida_workers.runtime.commits.pause_points import pause_point
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 
 __all__ = ["TeamCommitLedger", "TeamCommits", "release_stale_claims"]
@@ -268,7 +269,8 @@ class TeamCommits:
         if isinstance(order, Refused):
             return order
         held = {t.task_id for t in held_by(snapshot, me)}
-        now = self.clock.now()
+        pause_point("team_claim")  # test-only, inert by default: claimants that read one
+        now = self.clock.now()  # snapshot race for the same task (a real-process test)
         won: str | None = None
         entries: list[TaskLogEntry] = []
         with self.ledger.transaction(fence=self.fence) as tx:
