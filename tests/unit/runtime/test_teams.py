@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.core.teams import TaskStatus, TeamRole
+from nahida_workers.core.teams import TaskStatus, TeamRole, WaitingOn
 from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.runtime.commits.team import release_stale_claims
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
+from nahida_workers.runtime.fanout.executor import InlineExecutor
 from nahida_workers.runtime.teams.projection import team_document
-from nahida_workers.testing.doubles import memory_runner, scripted_spec
+from nahida_workers.runtime.wiring import build_registry
+from nahida_workers.settings import Settings
+from nahida_workers.testing.doubles import FakeClock, memory_runner, scripted_spec
 from tests.unit.runtime.test_children import World
 
 RUN = "leadrun1"
@@ -185,7 +189,8 @@ def test_lead_and_two_members_settle_a_graph_each_task_claimed_and_done_once(
 def test_stale_claim_of_an_ended_member_is_released_after_the_bound(
     w: World, tmp_path: Path
 ) -> None:
-    """A member that ends holding a claim: the sweep marks it, then releases it after the bound."""
+    """A member that ends holding a claim: the sweep marks it, releases it after the bound,
+    and the idle member it wakes does the task."""
     quitter = worker_profile(
         [
             {"tool_calls": [{"id": "claim", "name": "TeamTaskClaim", "arguments": {}}]},
@@ -194,36 +199,53 @@ def test_stale_claim_of_an_ended_member_is_released_after_the_bound(
     )
     turns = [
         {"text": "Plan.", "tool_calls": [create("t1")]},
-        {"text": "Team.", "tool_calls": [member("q", "quitter", "quitter")]},
+        {"text": "Team.", "tool_calls": [member("q", "quitter", "quitter"), member("k", "keen")]},
         {"text": "Working."},
+        {"text": "Done."},
     ]
-    lead = submit(w, turns, tmp_path, quitter=quitter)
+    lead = submit(w, turns, tmp_path, quitter=quitter, worker=worker_profile())
     w.pump(limit=50)
     ledger = w.runner.ledger
     teams = team_ledger(ledger)
-    q = child_id(RUN, "q")
+    q, k = child_id(RUN, "q"), child_id(RUN, "k")
     assert final(ledger, q)["state"] == "failed"
     (task,) = teams.read_team(lead).tasks
     assert task.status is TaskStatus.CLAIMED and task.owner == q
+    assert teams.team_of(k).parked_on is WaitingOn.IDLE  # nothing claimable: parked, no slot
+    assert ledger.get_session(lead).status is SessionStatus.WAITING
     clock = w.runner.clock
-
-    def sweep() -> list[tuple[str, str]]:
-        return release_stale_claims(ledger, teams, clock, bound_s=30, publish=lambda _r: None)
-
-    assert sweep() == []  # first seen stale: marked, not released
+    sweeper = Sweeper(
+        ledger,
+        w.runner.leases,
+        w.dispatcher,
+        clock,
+        release_claims=lambda: release_stale_claims(
+            ledger,
+            teams,
+            clock,
+            bound_s=30,
+            publish=lambda rs: [w.dispatcher.publish(r) for r in rs],
+        ),
+    )
+    assert sweeper.sweep().released == ()  # first seen stale: marked, not released
     assert teams.read_team(lead).tasks[0].stale_since is not None
     clock.advance(29)
-    assert sweep() == []
+    assert sweeper.sweep().released == ()
     clock.advance(2)
-    assert sweep() == [(lead, "t1")]
+    assert sweeper.sweep().released == ((lead, "t1"),)
+    assert sweeper.sweep().released == ()  # nothing more to release
+    assert [sid for sid, _ in w.queue.published] == [k]  # the idle member is woken
+    w.pump(limit=50)
     (task,) = teams.read_team(lead).tasks
-    assert task.status is TaskStatus.OPEN and task.owner is None
-    assert [a[1] for a in actions(ledger, lead) if a[0] == "t1"] == [
-        "created",
-        "claimed",
-        "released",
+    assert (task.status, task.owner) == (TaskStatus.DONE, k)
+    assert [(a[1], a[2]) for a in actions(ledger, lead) if a[0] == "t1"] == [
+        ("created", lead),
+        ("claimed", q),
+        ("released", q),
+        ("claimed", k),
+        ("done", k),
     ]
-    assert sweep() == []  # nothing more to release
+    assert final(ledger, lead)["state"] == "completed"
 
 
 class _Crash(BaseException):
@@ -367,3 +389,34 @@ def test_todo_write_keeps_one_sessions_checklist_in_the_ledger(w: World, tmp_pat
     # a checklist makes no team: the session is in none, and it ends as usual
     assert team_ledger(ledger).team_of(session.session_id) is None
     assert final(ledger, session.session_id)["state"] == "completed"
+
+
+class _ToolWorkerExecutor(InlineExecutor):
+    """Runs each call the way a tool worker would: from a registry built by the job's names."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock.now)
+        self.built: list[tuple[str, ...]] = []
+
+    def run_batch(self, batch: Any, job: Any, registry: Any, *, started: Any = None) -> Any:
+        build_registry(job.tools, Settings())  # what celery/tools.py does per job
+        self.built.append(job.tools)
+        return super().run_batch(batch, job, registry, started=started)
+
+
+def test_a_tool_worker_never_sees_the_tools_the_runtime_binds(tmp_path: Path) -> None:
+    """A session listing team tools sends a tool worker only the names it can build."""
+    clock = FakeClock()
+    executor = _ToolWorkerExecutor(clock)
+    w = World(memory_runner(clock=clock, executor=executor))
+    turns = [
+        {"tool_calls": [{"id": "ls", "name": "LS", "arguments": {}}]},
+        {"tool_calls": [{"id": "list", "name": "TeamTaskList", "arguments": {}}]},
+        {"text": "Listed."},
+    ]
+    spec = scripted_spec(turns, tools=["LS", "Task", *MEMBER_TOOLS, "TodoWrite"], agents={})
+    session, _ = w.dispatcher.submit(spec, workspace=str(tmp_path))
+    w.pump()
+    ledger = w.runner.ledger
+    assert final(ledger, session.session_id)["state"] == "completed"
+    assert executor.built and all(names == ("LS", "Write") for names in executor.built)
