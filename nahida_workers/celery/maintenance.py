@@ -11,7 +11,7 @@ from nahida_workers.constants import BROKER_RUN_ID_KEY
 from nahida_workers.core.records import OutboxRecord
 from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.ports import FleetState
-from nahida_workers.runtime.commits.team import release_stale_claims
+from nahida_workers.runtime.commits.team_release import release_stale_claims
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.runtime.wiring import Fleet
 

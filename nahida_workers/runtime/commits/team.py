@@ -17,9 +17,10 @@ commit point        what it writes, in one transaction
                     why (``waiting_on``); the lead's wait for its members re-dispatches
                     the idle ones
 ``write_todos``     the fence; the session's checklist, replaced whole
-``release_stale``   (the sweep, no fence) the team row locked; a stale claim marked,
-                    then released once the bound has passed since; wake-ups
 ==================  ==================================================================
+
+The sweep's team step (no fence: the system's write) is in
+``runtime/commits/team_release.py``.
 
 Lock order (``ports.TeamLedger``): the team row first, then the acting
 session's row; a team change never locks another session's row.  Because
@@ -31,16 +32,13 @@ after commit (an unpublished one is re-published by the sweeper).
 from __future__ import annotations
 
 import logging
-import uuid
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.events import Event, EventType, SessionStatus
-from nahida_workers.core.records import InboxKind, InboxMessage, OutboxRecord
+from nahida_workers.core.records import OutboxRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.core.team_gate import (
     TeamView,
@@ -64,8 +62,6 @@ from nahida_workers.core.teams import (
     decide_complete,
     decide_new_task,
     held_by,
-    release_due,
-    stale,
 )
 from nahida_workers.errors import NotFoundError
 from nahida_workers.ports import (
@@ -79,76 +75,17 @@ from nahida_workers.ports import (
 )
 from nahida_workers.runtime.commits.pause_points import pause_point
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.runtime.teams.wakes import apply_wakes, log_entry
 
-__all__ = ["TeamCommitLedger", "TeamCommits", "release_stale_claims"]
+__all__ = ["TeamCommitLedger", "TeamCommits"]
 
 log = logging.getLogger(__name__)
-
-#: The uuid5 namespace of the outbox rows team wake-ups write (stable ids).
-WAKE_NAMESPACE = uuid.UUID("0b6c3f7e-52a1-5d0e-9e43-7d2a6f1c8b94")
 
 Publish = Callable[[Sequence[OutboxRecord]], None]
 
 
 class TeamCommitLedger(LedgerWriter[TxT], LedgerOutbox[TxT], LedgerReader, Protocol[TxT]):
     """The ledger ports the team commit points use."""
-
-
-def _apply_wakes(
-    ledger: TeamCommitLedger[Any],
-    teams: TeamLedger[Any],
-    tx: Any,
-    state: TeamState,
-    wakes: Sequence[Wake],
-    now: datetime,
-) -> list[OutboxRecord]:
-    """Post each wake-up's message; re-dispatch each one parked on the team (outbox rows)."""
-    records: list[OutboxRecord] = []
-    for wake in wakes:
-        member = state.member(wake.member_id)
-        if member is None:
-            continue
-        if wake.text is not None and wake.message_id is not None:
-            teams.post_message(
-                tx,
-                InboxMessage(
-                    message_id=wake.message_id,
-                    session_id=member.member_id,
-                    kind=InboxKind.BACKGROUND,
-                    text=wake.text,
-                    size_bytes=len(wake.text.encode()),
-                    next_turn=True,
-                    created_at=now,
-                ),
-            )
-        if member.parked_on is None:
-            continue  # not parked on the team: it reads the message at its next step
-        teams.set_waiting(tx, state.team_id, member.member_id, None)
-        key = f"{state.team_id}:v{state.version}:wake:{member.member_id}"
-        record = OutboxRecord(
-            outbox_id=uuid.uuid5(WAKE_NAMESPACE, key).hex,
-            session_id=member.member_id,
-            task_name=RUN_SESSION,
-            created_at=now,
-        )
-        ledger.add_outbox(tx, record)
-        records.append(record)
-    return records
-
-
-def _entry(
-    state: TeamState,
-    task_id: str,
-    action: LogAction,
-    at: datetime,
-    *,
-    member: str | None = None,
-    epoch: int | None = None,
-    **detail: Any,
-) -> TaskLogEntry:
-    return TaskLogEntry(
-        state.team_id, task_id, action, at, member, epoch, dict(detail), root_id=state.root_id
-    )
 
 
 class TeamCommits:
@@ -209,7 +146,7 @@ class TeamCommits:
             records: list[OutboxRecord] = []
             if wakes:
                 current = self.teams.read_team(team_id, tx) or state
-                records = _apply_wakes(self.ledger, self.teams, tx, current, wakes, now)
+                records = apply_wakes(self.ledger, self.teams, tx, current, wakes, now)
         self.publish(records)
         return value
 
@@ -241,9 +178,9 @@ class TeamCommits:
                 return decided, []
             self.teams.insert_task(tx, decided.task)
             action = LogAction.FAILED if decided.task.status is TaskStatus.FAILED else None
-            entries = [_entry(state, task_id, LogAction.CREATED, now, member=me)]
+            entries = [log_entry(state, task_id, LogAction.CREATED, now, member=me)]
             if action is not None:
-                entries.append(_entry(state, task_id, action, now, reason="dependency failed"))
+                entries.append(log_entry(state, task_id, action, now, reason="dependency failed"))
             self.teams.log(tx, entries)
             version = self.teams.bump_version(tx, state.team_id, at=now)
             after = with_tasks(state, [decided.task], version=version)
@@ -282,11 +219,13 @@ class TeamCommits:
                     tx, team_id, candidate, me, epoch, renew=False, at=now
                 ):
                     action = LogAction.REFENCED if renewed else LogAction.CLAIMED
-                    entries.append(_entry(snapshot, candidate, action, now, member=me, epoch=epoch))
+                    entries.append(
+                        log_entry(snapshot, candidate, action, now, member=me, epoch=epoch)
+                    )
                     won = candidate
                     break
                 entries.append(
-                    _entry(snapshot, candidate, LogAction.LOST, now, member=me, epoch=epoch)
+                    log_entry(snapshot, candidate, LogAction.LOST, now, member=me, epoch=epoch)
                 )
             self.teams.log(tx, entries)
         if won is None:
@@ -328,7 +267,7 @@ class TeamCommits:
             ):
                 return Refused(f"task {task_id} is not claimed by you", "not_owner"), []
             action = LogAction.DONE if decided.status is TaskStatus.DONE else LogAction.FAILED
-            entries = [_entry(state, task_id, action, now, member=me, epoch=epoch)]
+            entries = [log_entry(state, task_id, action, now, member=me, epoch=epoch)]
             by_id = state.by_id()
             changed = [replace(by_id[task_id], status=decided.status, result=result)]
             why = f"dependency {task_id} failed"
@@ -343,7 +282,7 @@ class TeamCommits:
                     receipt=None,
                     at=now,
                 ):
-                    entries.append(_entry(state, doomed, LogAction.FAILED, now, reason=why))
+                    entries.append(log_entry(state, doomed, LogAction.FAILED, now, reason=why))
                     changed.append(replace(by_id[doomed], status=TaskStatus.FAILED, result=why))
             self.teams.log(tx, entries)
             version = self.teams.bump_version(tx, team_id, at=now)
@@ -430,90 +369,3 @@ class TeamCommits:
             return self.teams.save_todos(
                 tx, self.fence.session_id, self.root_id, items, at=self.clock.now()
             )
-
-
-def release_stale_claims(
-    ledger: TeamCommitLedger[Any],
-    teams: TeamLedger[Any],
-    clock: Clock,
-    *,
-    bound_s: float,
-    publish: Publish,
-) -> list[tuple[str, str]]:
-    """The sweep's team step: release claims whose holder ended or lost ownership.
-
-    DESIGN.md section 8: a claim is released after a bound.  A stale claim
-    (``core.teams.stale``) is first marked (``stale_since``), and released by
-    a later sweep once ``bound_s`` seconds have passed since -- unless its
-    holder's next owner renewed it meanwhile (every update here is
-    conditional on the same claim, still stale).  Returns ``(team, task)``
-    pairs released now.
-    """
-    by_team: dict[str, list[TeamTask]] = defaultdict(list)
-    for task in teams.claimed_tasks():
-        by_team[task.team_id].append(task)
-    released: list[tuple[str, str]] = []
-    for team_id in sorted(by_team):
-        snapshot = teams.read_team(team_id)
-        if snapshot is None or not any(
-            stale(t, snapshot.member(t.owner or "")) for t in snapshot.tasks
-        ):
-            continue
-        released += _release_team(ledger, teams, clock, snapshot, bound_s=bound_s, publish=publish)
-    return released
-
-
-def _release_team(
-    ledger: TeamCommitLedger[Any],
-    teams: TeamLedger[Any],
-    clock: Clock,
-    snapshot: TeamState,
-    *,
-    bound_s: float,
-    publish: Publish,
-) -> list[tuple[str, str]]:
-    """Mark or release one team's stale claims in one transaction under its lock."""
-    now = clock.now()
-    team_id = snapshot.team_id
-    released: list[tuple[str, str]] = []
-    with ledger.transaction() as tx:
-        teams.lock_team(tx, team_id, lead_id=snapshot.lead_id, root_id=snapshot.root_id, at=now)
-        state = teams.read_team(team_id, tx) or snapshot
-        changed: list[TeamTask] = []
-        entries: list[TaskLogEntry] = []
-        for task in state.tasks:
-            holder = state.member(task.owner or "")
-            if not stale(task, holder) or task.owner is None or task.claim_epoch is None:
-                continue
-            owner, epoch = task.owner, task.claim_epoch
-            if task.stale_since is None:
-                teams.mark_stale(tx, team_id, task.task_id, owner=owner, claim_epoch=epoch, at=now)
-            elif release_due(task, now=now, bound_s=bound_s) and teams.release_task(
-                tx, team_id, task.task_id, owner=owner, claim_epoch=epoch, at=now
-            ):
-                ended = holder is None or holder.status is SessionStatus.DONE
-                why = "holder ended" if ended else "holder lost ownership"
-                entries.append(
-                    _entry(
-                        state,
-                        task.task_id,
-                        LogAction.RELEASED,
-                        now,
-                        member=task.owner,
-                        epoch=task.claim_epoch,
-                        reason=why,
-                    )
-                )
-                changed.append(replace(task, status=TaskStatus.OPEN, owner=None, claim_epoch=None))
-                released.append((team_id, task.task_id))
-        records: list[OutboxRecord] = []
-        if changed:
-            teams.log(tx, entries)
-            version = teams.bump_version(tx, team_id, at=now)
-            after = with_tasks(state, changed, version=version)
-            wakes = wakes_after(state, after, actor=None)
-            records = _apply_wakes(ledger, teams, tx, after, wakes, now)
-    for team, task_id in released:
-        log.warning("team %s: task %s released (its claim went stale)", team, task_id)
-    publish(records)
-    return released

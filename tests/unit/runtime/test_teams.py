@@ -17,7 +17,7 @@ from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.core.teams import TaskStatus, TeamRole, WaitingOn
 from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.runtime.children.spawn import child_id
-from nahida_workers.runtime.commits.team import release_stale_claims
+from nahida_workers.runtime.commits.team_release import release_stale_claims
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.runtime.fanout.executor import InlineExecutor
 from nahida_workers.runtime.teams.projection import team_document
