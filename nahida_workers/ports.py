@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from nahida_workers.core.events import (
     Event,
@@ -49,6 +49,13 @@ from nahida_workers.core.records import (
     RunRecord,
     SessionRecord,
 )
+from nahida_workers.core.teams import (
+    TaskLogEntry,
+    TeamMember,
+    TeamState,
+    TeamTask,
+    WaitingOn,
+)
 
 __all__ = [
     "ArtifactStore",
@@ -67,6 +74,7 @@ __all__ = [
     "Provider",
     "SystemClock",
     "TaskQueue",
+    "TeamLedger",
     "TxT",
 ]
 
@@ -528,6 +536,142 @@ class ChildLedger(Protocol[TxIn]):
 
     def children(self, parent_id: str) -> list[SessionRecord]:
         """The children of a session, oldest first."""
+        ...
+
+
+class TeamLedger(Protocol[TxIn]):
+    """Teams in the ledger: task graph, members, claim history, mail; checklists (section 8).
+
+    A narrow port next to :class:`Ledger` (adapters ``ledger/memory_teams.py``
+    and ``ledger/sql_teams.py``, composed over their ledger and writing in its
+    transactions).  Lock order: a team change takes the team row first
+    (:meth:`lock_team`), then the acting session's own row (its fence); it
+    never locks another session's row.  A claim is the exception: one
+    conditional update under the claimant's fence, no team lock (a claim
+    never makes work appear, so it never has to wake anyone).
+    """
+
+    def lock_team(
+        self, tx: TxIn, team_id: str, *, lead_id: str, root_id: str, at: datetime, lock: bool = True
+    ) -> None:
+        """Create the team's row (and its lead's member row) if absent, then lock it.
+
+        ``lock=False`` only creates: the lead's spawn of a member holds the
+        lead's row already and must not wait on the team row after it.
+        """
+        ...
+
+    def add_member(self, tx: TxIn, member: TeamMember) -> bool:
+        """Insert a member row (idempotent by member id); True when inserted."""
+        ...
+
+    def read_team(self, team_id: str, tx: TxIn | None = None) -> TeamState | None:
+        """The team with its members (and their sessions' state) and tasks; in ``tx`` if given."""
+        ...
+
+    def team_of(self, session_id: str) -> TeamMember | None:
+        """The member row of ``session_id`` (lead or member), or None."""
+        ...
+
+    def insert_task(self, tx: TxIn, task: TeamTask) -> None:
+        """Insert a task row (the caller checked the rules under the team lock)."""
+        ...
+
+    def claim_task(
+        self,
+        tx: TxIn,
+        team_id: str,
+        task_id: str,
+        member_id: str,
+        epoch: int,
+        *,
+        renew: bool,
+        at: datetime,
+    ) -> bool:
+        """ONE conditional update: claim an ``open`` task whose dependencies are all ``done``.
+
+        With ``renew``: re-fence a claim ``member_id`` already holds at
+        ``epoch`` instead.  Either way the update itself requires
+        ``member_id``'s session to be at ``epoch`` and not done (the fence).
+        Returns whether a row changed.
+        """
+        ...
+
+    def settle_task(
+        self,
+        tx: TxIn,
+        team_id: str,
+        task_id: str,
+        *,
+        owner: str | None,
+        status: str,
+        result: str,
+        receipt: dict[str, Any] | None,
+        at: datetime,
+    ) -> bool:
+        """``done``/``failed``, conditional: claimed by ``owner`` (None: still ``open``)."""
+        ...
+
+    def mark_stale(
+        self, tx: TxIn, team_id: str, task_id: str, *, owner: str, claim_epoch: int, at: datetime
+    ) -> bool:
+        """Record when a stale claim was first seen (conditional on the same claim)."""
+        ...
+
+    def release_task(
+        self, tx: TxIn, team_id: str, task_id: str, *, owner: str, claim_epoch: int, at: datetime
+    ) -> bool:
+        """A stale claim back to ``open``: conditional on the same claim, still stale."""
+        ...
+
+    def set_waiting(
+        self, tx: TxIn, team_id: str, member_id: str, waiting_on: WaitingOn | None
+    ) -> None:
+        """Record why a team session parks (None: it does not wait on the team)."""
+        ...
+
+    def bump_version(self, tx: TxIn, team_id: str, *, at: datetime) -> int:
+        """Increment the team's version (one per change); returns the new one."""
+        ...
+
+    def log(self, tx: TxIn, entries: Sequence[TaskLogEntry]) -> None:
+        """Append to the claim history."""
+        ...
+
+    def post_message(self, tx: TxIn, message: InboxMessage) -> bool:
+        """A team message into a session's inbox: idempotent by id, no limit, no row lock taken.
+
+        Team mail and wake-ups are never dropped by a steering limit (DESIGN.md
+        section 8).  Returns whether it was inserted now.
+        """
+        ...
+
+    def park_team(self, tx: TxIn, session_id: str, *, at: datetime) -> bool:
+        """``status = waiting`` under the session's fence, unless its cancel was requested."""
+        ...
+
+    def task_log(self, team_id: str) -> list[TaskLogEntry]:
+        """A team's claim history, oldest first."""
+        ...
+
+    def claimed_tasks(self) -> list[TeamTask]:
+        """Every claimed task of every team (the sweep's candidates)."""
+        ...
+
+    def save_todos(
+        self,
+        tx: TxIn,
+        session_id: str,
+        root_id: str,
+        items: Sequence[dict[str, str]],
+        *,
+        at: datetime,
+    ) -> int:
+        """Replace a session's checklist (under its fence); returns the list's new version."""
+        ...
+
+    def todos(self, session_id: str) -> tuple[list[dict[str, str]], int]:
+        """A session's checklist and its version (``[]``, 0 when it never wrote one)."""
         ...
 
 

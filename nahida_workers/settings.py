@@ -223,6 +223,10 @@ class Settings(BaseSettings):
     redispatch_after_s: float = Field(60.0, gt=0)
     redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
+    # Teams (DESIGN.md section 8): a task claimed by a member whose session
+    # ended or lost ownership is released by the sweep once its claim has been
+    # seen stale for this many seconds (the holder's next owner may renew it).
+    team_release_after_s: float = Field(60.0, ge=0)
 
     # -- schedules (DESIGN.md section 8) ----------------------------
     # Beat sends one tick task this often; a schedule's catch-up window must

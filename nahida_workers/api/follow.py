@@ -1,4 +1,4 @@
-"""``/v1`` routes that read along: a session's event stream, the batches.
+"""``/v1`` routes that read along: a session's event stream, the batches, the teams.
 
 ``GET /v1/sessions/{id}/events`` is server-sent events: the session's
 user-visible events (its channel policy decides) from its Redis stream, the
@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from nahida_workers.api.guard import dumps
-from nahida_workers.api.models import BatchList, BatchReport
+from nahida_workers.api.models import BatchList, BatchReport, TeamView
 from nahida_workers.api.openapi import responses
 from nahida_workers.api.sessions import checked_id
 from nahida_workers.cli.ids import resolve
@@ -55,7 +55,7 @@ EVENT_STREAM = {
 
 
 def follow_routes(v1: APIRouter, services: Any) -> None:
-    """Add ``GET /v1/sessions/{id}/events``, ``GET /v1/batches`` and ``GET /v1/batches/{id}``."""
+    """Add the event stream, ``GET /v1/batches[/{id}]`` and ``GET /v1/teams/{id}``."""
     fleet, ledger = services.fleet, services.fleet.ledger
     longest = fleet.settings.api_max_follow_s
 
@@ -99,6 +99,24 @@ def follow_routes(v1: APIRouter, services: Any) -> None:
 
         rows = batches_rows(ledger)
         return {"batches": rows if limit is None else rows[:limit]}
+
+    @v1.get(
+        "/teams/{team_id}",
+        operation_id="getTeam",
+        response_model=TeamView,
+        responses=responses(400, 404),
+    )
+    def get_team(team_id: str) -> dict[str, Any]:
+        """A team: its members and their states, the task graph with owners, the claim history.
+
+        Read from the ledger only.  A team's id is its lead's session id (a
+        unique prefix works).
+        """
+        from nahida_workers.ledger.teams import team_ledger
+        from nahida_workers.runtime.teams.projection import team_document
+
+        full = resolve(ledger, "team", checked_id(team_id))
+        return team_document(ledger, team_ledger(ledger), full)
 
     @v1.get(
         "/batches/{batch_id}",

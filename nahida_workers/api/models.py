@@ -42,6 +42,7 @@ __all__ = [
     "SessionIn",
     "SessionView",
     "SteerIn",
+    "TeamView",
 ]
 
 #: Most characters of an id or id prefix in a path.
@@ -98,10 +99,13 @@ class ScriptTurnIn(_In):
 
 
 class ScriptIn(_In):
-    """A whole script: ``turns`` served in order, ``next_runs`` to later runs."""
+    """A whole script: ``turns`` served in order, ``next_runs`` to later runs, maybe looping."""
 
     turns: list[ScriptTurnIn]
     next_runs: list[list[ScriptTurnIn]] = Field(default_factory=list)
+    repeat_from: int | None = Field(
+        None, ge=0, description="After a run's last turn, serve its turns from here again."
+    )
 
 
 class _ProviderCommon(_In):
@@ -398,6 +402,22 @@ class BatchList(BaseModel):
     """Every batch (or the newest ``limit``), newest first."""
 
     batches: list[BatchRow]
+
+
+class TeamView(BaseModel):
+    """A team (``runtime/teams/projection.py``): members, the task graph, the claim history."""
+
+    model_config = ConfigDict(extra="allow")
+
+    team_id: str
+    lead_id: str
+    root_id: str
+    version: int
+    settled: bool
+    counts: dict[str, int]
+    members: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+    history: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class BatchReport(BaseModel):

@@ -14,6 +14,8 @@
   restart), queued sessions are dispatched again at once.
 * A session that wrote nothing for ``settle_after_s`` and has no owner is
   settled ``failed/abandoned``.
+* Team claims whose holder ended or lost ownership are released after a
+  bound (``release_claims``, DESIGN.md section 8; ``runtime/commits/team.py``).
 
 Re-dispatching is always safe: a duplicate delivery finds the lease held or
 the session done and exits without writing.
@@ -44,6 +46,7 @@ class SweepReport:
     redispatched: tuple[str, ...]
     settled: tuple[str, ...] = ()
     broker_reset: bool = False
+    released: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -64,6 +67,9 @@ class Sweeper:
             (a Redis restart without persistence): every unfinished session
             without an owner is then dispatched again at once.
         runner: settles stuck sessions (None: never settle).
+        release_claims: the team step -- releases stale team claims after
+            their bound and returns the ``(team, task)`` pairs released
+            (None: no team step).
     """
 
     ledger: LedgerReader
@@ -75,6 +81,7 @@ class Sweeper:
     settle_after_s: float = 3600.0
     broker_reset: Callable[[], bool] = field(default=lambda: False)
     runner: SessionRunner | None = None
+    release_claims: Callable[[], list[tuple[str, str]]] | None = None
 
     def sweep(self) -> SweepReport:
         """Publish the outbox, re-dispatch ownerless sessions, settle stuck ones."""
@@ -110,4 +117,5 @@ class Sweeper:
             )
             self.dispatcher.redispatch(session.session_id, touch_status=session.status)
             redispatched.append(session.session_id)
-        return SweepReport(published, tuple(redispatched), tuple(settled), reset)
+        released = self.release_claims() if self.release_claims is not None else []
+        return SweepReport(published, tuple(redispatched), tuple(settled), reset, tuple(released))
