@@ -33,6 +33,7 @@ from nahida_workers.providers.scripted import reads_a_file
 from nahida_workers.runtime.spec import SessionSpec
 
 __all__ = [
+    "RUNTIME_TOOLS",
     "allowed_workspace",
     "check_inline_scripts",
     "check_tool_names",
@@ -82,8 +83,18 @@ def check_inline_scripts(spec: SessionSpec) -> None:
             )
 
 
+#: Tools a script may call besides the registered ones: the runtime adds them
+#: (a contract's ``output_schema``, a prompt stored as an artifact).
+RUNTIME_TOOLS = frozenset({"StructuredOutput", "ReadPromptArtifact"})
+
+
 def check_tool_names(job: JobIn, registered: frozenset[str]) -> None:
-    """Refuse a tool name that is not registered on this server (422), in the job and its agents.
+    """Refuse a tool name that is not registered on this server (422), wherever a job names one.
+
+    In ``tools`` (the job's, each agent's) and in every scripted turn's calls
+    (in the job's provider, each fallback, each agent's, the verifier's): the
+    schema lists these names, so a name outside them is refused like any
+    value outside the schema.
 
     Raises:
         HTTPException: 422 naming the field, e.g. ``job.agents.helper.tools.0``.
@@ -98,6 +109,40 @@ def check_tool_names(job: JobIn, registered: frozenset[str]) -> None:
                     f"{where}.{index}: {name[:100]!r} is not a registered tool "
                     f"(registered: {', '.join(sorted(registered))})",
                 )
+    callable_names = registered | RUNTIME_TOOLS
+    for where, name in _script_calls(job):
+        if name not in callable_names:
+            raise HTTPException(
+                422, f"{where}: {name[:100]!r} is not a tool a script may call on this server"
+            )
+
+
+def _script_calls(job: JobIn) -> Iterator[tuple[str, str]]:
+    """``(field path, tool name)`` of every call in every scripted turn the job holds."""
+    todo: list[tuple[str, Any]] = [("job.provider", job.provider)]
+    todo += [(f"job.agents.{a}.provider", p.provider) for a, p in job.agents.items()]
+    todo.append(("job.verification.provider", job.verification.provider))
+    todo += [
+        (f"job.verification.next_providers.{i}", p)
+        for i, p in enumerate(job.verification.next_providers)
+    ]
+    while todo:
+        where, provider = todo.pop(0)
+        if provider is None:
+            continue
+        todo += [(f"{where}.fallbacks.{i}", f) for i, f in enumerate(provider.fallbacks)]
+        script = getattr(provider, "script", None)
+        if script is None:
+            continue
+        if isinstance(script, list):
+            runs = [(f"{where}.script", script)]
+        else:
+            runs = [(f"{where}.script.turns", script.turns)]
+            runs += [(f"{where}.script.next_runs.{r}", t) for r, t in enumerate(script.next_runs)]
+        for path, turns in runs:
+            for t, turn in enumerate(turns):
+                for c, call in enumerate(turn.tool_calls):
+                    yield f"{path}.{t}.tool_calls.{c}.name", call.name
 
 
 def strict(model: type[M]) -> Callable[[Request], Awaitable[M]]:

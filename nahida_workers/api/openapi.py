@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from nahida_workers.api.inputs import RUNTIME_TOOLS
 from nahida_workers.api.models import ID_PATTERN, MAX_ID, ErrorBody
 from nahida_workers.settings import Settings
 
@@ -126,7 +127,7 @@ def _policy(document: dict[str, Any], settings: Settings, tools: list[str]) -> N
     hooks, key_envs, base_urls = settings.api_job_policy
     for model in ("JobIn", "AgentProfileIn"):
         _array_items(schemas[model]["properties"]["tools"])["enum"] = tools
-    callable_names = sorted({*tools, "StructuredOutput", "ReadPromptArtifact"})
+    callable_names = sorted({*tools, *RUNTIME_TOOLS})
     schemas["ScriptedCallIn"]["properties"]["name"]["enum"] = callable_names
     for model in ("OpenAIProviderIn", "AnthropicProviderIn"):
         props = schemas[model]["properties"]

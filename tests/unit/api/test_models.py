@@ -107,3 +107,28 @@ def test_a_job_the_model_takes_is_a_job_spec_and_its_provider_a_provider_config(
 def test_a_job_outside_the_schema_is_refused(change: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         models.JobIn.model_validate_json(json.dumps({**FULL, **change}), strict=True)
+
+
+def test_a_script_call_of_an_unknown_tool_is_refused_wherever_the_script_is() -> None:
+    from fastapi import HTTPException
+
+    from nahida_workers.api.inputs import check_tool_names
+
+    registered = frozenset({"Read", "Task"})
+    deep = {
+        "kind": "openai",
+        "model": "m",
+        "fallbacks": [{"kind": "scripted", "script": [{"tool_calls": [{"id": "c", "name": "X"}]}]}],
+    }
+    job = models.JobIn.model_validate_json(
+        json.dumps({**FULL, "tools": ["Read"], "verification": {"next_providers": [deep]}}),
+        strict=True,
+    )
+    with pytest.raises(HTTPException) as refused:
+        check_tool_names(job, registered)
+    assert refused.value.status_code == 422
+    assert str(refused.value.detail).startswith(
+        "job.verification.next_providers.0.fallbacks.0.script.0.tool_calls.0.name: 'X'"
+    )
+    ok = models.JobIn.model_validate_json(json.dumps({**FULL, "tools": ["Read"]}), strict=True)
+    check_tool_names(ok, registered)  # Read in a turn, Task and a StructuredOutput are callable
