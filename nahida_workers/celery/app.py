@@ -17,6 +17,7 @@ from celery import Celery, current_app
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    beat_init,
     worker_init,
     worker_process_init,
     worker_ready,
@@ -140,6 +141,17 @@ def _keep_secrets_in_memory(sender: Any = None, **_: Any) -> None:
     if process is not None:
         process.settings()
         scrub_process_environment()
+
+
+@beat_init.connect(weak=False)
+def _keep_beat_secrets_in_memory(sender: Any = None, **_: Any) -> None:
+    # Beat holds the database URL and the broker's password like a worker does;
+    # a command a worker runs on the same host must not find them in
+    # /proc/<beat>/environ (docs/security.md).
+    process = _process_of_sender(sender)
+    if process is not None:
+        process.settings()
+    scrub_process_environment()
 
 
 @worker_ready.connect(weak=False)

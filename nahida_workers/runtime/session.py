@@ -43,6 +43,7 @@ from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
 )
+from nahida_workers.plugins import StopHooks
 from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
 from nahida_workers.runtime.channel import EventSink, NullSink
 from nahida_workers.runtime.commits import hand_back, take_over
@@ -99,6 +100,8 @@ class SessionRunner:
             posted under (DESIGN.md section 8).
         worktrees: makes the git worktrees of ``isolation: worktree``
             children (None: such Task calls are refused).
+        stop_hooks: the stop hooks the operator registered; a job's other
+            names are never imported (``nahida_workers/plugins.py``).
     """
 
     ledger: Ledger[Any]
@@ -117,6 +120,7 @@ class SessionRunner:
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
     worktrees: WorktreeManager | None = None
+    stop_hooks: StopHooks = field(default_factory=StopHooks)
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.

@@ -109,6 +109,7 @@ class AgentProfile(_Spec):
             as in :class:`SessionSpec`, for the child.
         parent_close: what the parent's end does to this child if it still
             runs (:class:`ParentClose`; default ``cancel``).
+        network: the child's commands may use the network (default: none).
     """
 
     system_prompt: str | None = None
@@ -118,6 +119,7 @@ class AgentProfile(_Spec):
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits = Field(default_factory=Limits)
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = False
 
 
 class SessionSpec(_Spec):
@@ -133,12 +135,14 @@ class SessionSpec(_Spec):
         tool_choice: auto / required / none.
         contract: the completion contract.
         limits: run bounds.
-        stop_hooks: ``module:function`` paths of stop hooks (see
-            ``runtime/hooks.py``).
+        stop_hooks: names of stop hooks the operator registered (see
+            ``runtime/hooks.py`` and ``nahida_workers/plugins.py``).
         channel: which user-visible events watchers see (``runtime/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (DESIGN.md section 8).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
+        network: Bash's sandbox keeps the network (``--share-net``); default
+            False: no network at all (docs/security.md).
     """
 
     prompt: str
@@ -153,6 +157,7 @@ class SessionSpec(_Spec):
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
     agents: dict[str, AgentProfile] = Field(default_factory=dict)
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = False
 
     def labels(self) -> tuple[str, str]:
         """``(provider name, model)`` recorded on every run of the session.
@@ -186,6 +191,7 @@ class SessionSpec(_Spec):
             channel=self.channel,
             agents=self.agents,
             parent_close=profile.parent_close,
+            network=profile.network,
         )
 
 

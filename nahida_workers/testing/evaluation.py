@@ -57,6 +57,7 @@ from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec, vali
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings
 from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -296,7 +297,7 @@ def _rate(part: int, whole: int) -> str:
 
 def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
     """Run one session on ``workspace`` (created, filled with the case's files)."""
-    settings = settings or Settings(_env_file=None)
+    settings = settings or Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
     workspace.mkdir(parents=True, exist_ok=True)
     for rel, text in case.files.items():
         path = workspace / rel
@@ -331,7 +332,7 @@ def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = Non
 
 def run_eval_set(cases: Sequence[EvalCase], *, workdir: Path | None = None) -> EvalReport:
     """Run every case, each on its own workspace under ``workdir`` (default: a temp dir)."""
-    settings = Settings(_env_file=None)
+    settings = Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
     with tempfile.TemporaryDirectory(prefix="nahida-eval-") as tmp:
         root = workdir or Path(tmp)
         rows = tuple(

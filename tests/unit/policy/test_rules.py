@@ -54,7 +54,7 @@ from nahida_workers.ports import Provider
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
 from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.wiring import registry_for
+from nahida_workers.runtime.wiring import registry_for, stop_hooks_of
 from nahida_workers.settings import Settings
 from nahida_workers.testing import (
     InlineResult,
@@ -63,17 +63,26 @@ from nahida_workers.testing import (
     run_inline,
     scripted_spec,
 )
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 from tests.unit.policy import hooks
 
-SETTINGS = Settings(_env_file=None)  # type: ignore[call-arg]
+HOOKS = "tests.unit.policy.hooks"
+#: The operator's registrations: the test tools, and the stop hooks the rows name.
+SETTINGS = Settings(  # type: ignore[call-arg]
+    _env_file=None,
+    extra_tools=list(TEST_TOOL_PATHS),
+    stop_hooks=[
+        f"{HOOKS}:{name}"
+        for name in ("block_once", "always_block", "allow_empty", "raises", "too_slow")
+    ],
+)
 PY = shlex.quote(sys.executable)
 #: pytest without third-party plugins (0.2 s instead of 2 s), and without .pyc files:
 #: an Edit that keeps the size within the same second would run stale bytecode.
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -B -m pytest -q -p no:cacheprovider"
 RUFF = f"{PY} -m ruff check --no-cache ."
-SEND = "nahida_workers.testing.tools:SendMessage"
-SEND_NO_ID = "nahida_workers.testing.tools:SendMessageNoId"
-HOOKS = "tests.unit.policy.hooks"
+SEND = "SendMessage"  # registered in SETTINGS (NAHIDA_EXTRA_TOOLS)
+SEND_NO_ID = "SendMessageNoId"
 SCHEMA = {
     "type": "object",
     "properties": {"count": {"type": "integer"}},
@@ -202,6 +211,7 @@ def run_rule(rule: Rule, workspace: Path) -> InlineResult:
         ledger=rule.ledger() if rule.ledger else None,
         registry_for=lambda spec: registry_for(spec, SETTINGS),
         provider_for=(lambda _spec: provider()) if provider else None,
+        stop_hooks=stop_hooks_of(SETTINGS),
     )
     spec = scripted_spec(rule.turns, **rule.spec)
     if not rule.cancel:
