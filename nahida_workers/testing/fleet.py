@@ -115,7 +115,7 @@ class Fleet:
     def settings(self) -> Settings:
         """The same settings, as an object for the test process."""
         fields: dict[str, Any] = {
-            k[len("NAHIDA_") :].lower(): v
+            k[len("NAHIDA_") :].lower(): json.loads(v) if v.startswith("[") else v
             for k, v in self.env().items()
             if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"
         }
