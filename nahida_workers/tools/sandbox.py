@@ -225,7 +225,8 @@ class Sandbox:
             if os.path.isdir(path):
                 args += ["--tmpfs", path]
             elif os.path.lexists(path):
-                args += ["--ro-bind", "/dev/null", path]
+                # A device node reads on a --dev-bind mount only: /dev/null reads empty.
+                args += ["--dev-bind", "/dev/null", path]
         # Last: the workspace is writable even below a private or hidden directory.
         args += ["--bind", ws, ws, "--chdir", ws]
         return args
