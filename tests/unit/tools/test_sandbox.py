@@ -147,10 +147,7 @@ def test_tmp_is_private_and_the_env_file_hidden(ctx: ToolContext, tmp_path: Path
 
 
 def _redis_ping() -> str:
-    return (
-        "exec 3<>/dev/tcp/127.0.0.1/6379 && printf 'PING\\r\\n' >&3 && "
-        "timeout 5 head -c 7 <&3"
-    )
+    return "exec 3<>/dev/tcp/127.0.0.1/6379 && printf 'PING\\r\\n' >&3 && timeout 5 head -c 7 <&3"
 
 
 def _need_redis() -> None:
