@@ -199,7 +199,7 @@ class Settings(BaseSettings):
     # Directories (absolute, ``:``-separated) a workspace posted to ``nahida
     # serve`` must be inside; empty = any existing absolute directory.
     api_workspace_roots: str = ""
-    # The API job policy (README "HTTP API"; nahida_workers/api/policy.py),
+    # The API job policy (docs/api.md; nahida_workers/api/policy.py),
     # each a ``,``-separated list; the CLI is not bound by it.  A job posted
     # to ``nahida serve`` may name only these stop hooks (``module:function``;
     # empty = none), these provider key variables and these provider API roots.

@@ -16,7 +16,7 @@ with, which lives in its own memory.  So, once, when a worker starts:
    and the original block is overwritten with zeros: ``/proc/PID/environ``
    of the worker then reads as nothing at all.
 
-What remains (README, "Tools and their limits"): Bash runs as the worker's
+What remains (docs/jobs/tools.md): Bash runs as the worker's
 user, so it can read any file that user can (an env file included), and the
 environment of processes that started the worker.  Known secret values are
 also masked wherever the ledger stores text (:func:`redact_known`), and

@@ -1,5 +1,7 @@
 """Screenshots of the web view in headless Chromium, one per page (kept out of git).
 
+    .venv/bin/pip install -e '.[browser]'          # selenium (`.[dev]` includes it)
+    apt-get install chromium chromium-driver       # the browser and its driver (Debian)
     .venv/bin/python scripts/web_screenshots.py [--out screenshots]
 
 Builds a demo ledger in a scratch directory (a local batch of two fan-out
@@ -8,6 +10,10 @@ session under the first, as a subagent would make), starts ``nahida serve``
 on it, and saves ``index.png``, ``batch.png``, ``session.png`` and
 ``run.png`` (the timeline) with Debian's ``chromium`` and ``chromium-driver``
 through selenium.  The browser tests (``tests/browser``) use the same pieces.
+
+Needs selenium (the ``browser`` extra) and the two Debian packages
+(``NAHIDA_CHROMIUM`` / ``NAHIDA_CHROMEDRIVER`` point elsewhere); when one is
+missing it says which and how to install it, and exits 2 before doing anything.
 """
 
 from __future__ import annotations
@@ -194,11 +200,38 @@ def pages(demo: Demo) -> dict[str, str]:
     }
 
 
+def missing_prerequisites() -> list[str]:
+    """What this script needs and does not find, each with how to install it."""
+    missing = []
+    try:
+        import selenium.webdriver  # noqa: F401
+    except ImportError:
+        missing.append(
+            "selenium is not installed: .venv/bin/pip install -e '.[browser]' "
+            "(the browser extra; .[dev] includes it)"
+        )
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not os.access(path, os.X_OK):
+            missing.append(
+                f"{path} not found: apt-get install {package} "
+                f"(or set NAHIDA_{'CHROMIUM' if package == 'chromium' else 'CHROMEDRIVER'})"
+            )
+    return missing
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Build the demo, serve it, save one PNG per page in ``--out``."""
+    """Build the demo, serve it, save one PNG per page in ``--out``.
+
+    Returns 2, having done nothing, when a prerequisite is missing.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
     args = parser.parse_args(argv)
+    missing = missing_prerequisites()
+    if missing:
+        for line in missing:
+            print(f"web_screenshots: {line}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nahida-web-") as tmp:
         workdir = Path(tmp)

@@ -19,7 +19,7 @@ __all__ = ["CliState", "ExitCode", "classify", "one_line", "redact_url", "state"
 
 
 class ExitCode(IntEnum):
-    """What ``nahida`` exits with (the README's table)."""
+    """What ``nahida`` exits with (the table in docs/reference/exit-codes.md)."""
 
     #: Success: every session of a batch completed; a command did what it said.
     OK = 0

@@ -196,7 +196,13 @@ class SessionSpec(_Spec):
 
 
 class JobSpec(SessionSpec):
-    """A job file: a named session spec applied to many workspaces."""
+    """A job file: a named session spec applied to many workspaces.
+
+    Attributes:
+        name: the job's label in reports and listings (:func:`load_job` names a
+            job file without one after its file).
+        description: what the job does, in a line (a label, like ``name``).
+    """
 
     name: str
     description: str = ""

@@ -9,7 +9,7 @@ Usage by a launcher (the ``Task`` tool with ``isolation: worktree``)::
     sha = manager.finish(tree, message="...")      # result commit, or None: no change
 
 Workspaces must be reachable by the worker that runs the session: one host, or
-a filesystem every worker mounts at the same path (README "Git worktrees").
+a filesystem every worker mounts at the same path (docs/jobs/worktrees.md).
 """
 
 from nahida_workers.workspaces.model import (

@@ -4,7 +4,7 @@ Sessions on different worker processes ask for worktrees of one repository
 within milliseconds.  Without a cross-process lock this fails here: B22's
 probe saw 10 of 24 ``git worktree add -b`` fail ("could not lock config file")
 and 7 of 184 with ``--no-track`` ("failed to read .git/worktrees/*/commondir");
-``scripts/worktree_race_probe.py`` reproduces it (README "Git worktrees").
+``scripts/worktree_race_probe.py`` reproduces it (docs/jobs/worktrees.md).
 These tests hold the serialized path to zero failures.
 """
 
@@ -190,7 +190,7 @@ def test_the_lock_excludes_another_process(repo: Path) -> None:
 
 
 def test_the_race_probe_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The README's "what the lock prevents" table comes from this script.
+    # The "what the lock prevents" table of docs/jobs/worktrees.md comes from this script.
     no_git_config(monkeypatch, tmp_path / "home")
     script = Path(__file__).resolve().parents[2] / "scripts" / "worktree_race_probe.py"
     done = subprocess.run(
