@@ -206,6 +206,10 @@ class Settings(BaseSettings):
     api_allowed_stop_hooks: str = ""
     api_allowed_key_envs: str = DEFAULT_PROVIDER_API_KEY_ENV
     api_allowed_base_urls: str = ",".join(DEFAULT_PROVIDER_BASE_URLS.values())
+    # A posted job (or one of its agents profiles) may say ``network: true``
+    # -- its Bash commands then reach every address the worker reaches,
+    # Redis and PostgreSQL included (docs/security.md) -- only when this is set.
+    api_allow_network: bool = False
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)
