@@ -72,7 +72,6 @@ CHILD = textwrap.dedent(
 )
 
 
-
 def test_commands_run_unsandboxed_are_counted_and_reported(tmp_path: Path) -> None:
     """NAHIDA_SANDBOX=none: the receipt, the metric and the batch report all say so."""
     from nahida_workers.cli.render import summary_sentence
