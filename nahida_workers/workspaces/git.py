@@ -17,8 +17,9 @@ environment is fixed so the launcher behaves the same on every worker:
 * no program the repository's configuration names runs in the launcher:
   ``core.fsmonitor=false``, ``submodule.recurse=false``, an empty
   ``diff.external``, and every filter (``clean``, ``smudge``, ``process``)
-  and diff driver (``textconv``, ``command``) the configuration defines is
-  overridden empty (:func:`_disarmed`).  A session's Bash can write the
+  and diff driver (``textconv``, ``command``) the repository's own
+  configuration defines is overridden empty (:func:`_disarmed`; the system,
+  global and command-line scopes are the operator's and stay as they are).  A session's Bash can write the
   ``.git/config`` of a workspace that is a repository's main checkout; the
   launcher, which runs unsandboxed, must not then run what it names
   (docs/security.md);
@@ -143,13 +144,27 @@ def git(
 def _disarmed(cwd: Path) -> list[str]:
     """``-c KEY=`` for every filter or diff-driver program the repository's config names.
 
-    Reading the configuration runs nothing; an empty value turns the program
+    Only the repository's own files are read (``--local`` and ``--worktree``,
+    their includes followed): the system, global and command-line scopes are
+    the operator's.  Reading runs nothing; an empty value turns the program
     off (and a filter is no longer ``required``).  A directory that is not a
     repository yet, or a git that cannot read it, gives no overrides.
     """
+    overrides: list[str] = []
+    for scope in ("--local", "--worktree"):
+        for key in _program_keys(cwd, scope):
+            overrides += ["-c", f"{key}="]
+            if key.startswith("filter."):
+                overrides += ["-c", f"{key.rsplit('.', 1)[0]}.required=false"]
+    return overrides
+
+
+def _program_keys(cwd: Path, scope: str) -> list[str]:
+    """The keys of :data:`_PROGRAM_KEYS` set in one configuration scope of the repository."""
     try:
+        command = ["git", "-C", str(cwd), "config", scope, "--includes", "--null"]
         done = subprocess.run(
-            ["git", "-C", str(cwd), "config", "--null", "--get-regexp", _PROGRAM_KEYS],
+            [*command, "--get-regexp", _PROGRAM_KEYS],
             capture_output=True,
             text=True,
             errors="replace",
@@ -160,12 +175,5 @@ def _disarmed(cwd: Path) -> list[str]:
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    overrides: list[str] = []
-    for entry in done.stdout.split("\0"):
-        key = entry.split("\n", 1)[0].strip()
-        if not key:
-            continue
-        overrides += ["-c", f"{key}="]
-        if key.startswith("filter."):
-            overrides += ["-c", f"{key.rsplit('.', 1)[0]}.required=false"]
-    return overrides
+    keys = (entry.split("\n", 1)[0].strip() for entry in done.stdout.split("\0"))
+    return [key for key in keys if key]
