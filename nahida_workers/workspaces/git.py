@@ -19,9 +19,10 @@ environment is fixed so the launcher behaves the same on every worker:
   ``diff.external``, and every filter (``clean``, ``smudge``, ``process``)
   and diff driver (``textconv``, ``command``) the repository's own
   configuration defines is overridden empty (:func:`_disarmed`; the system,
-  global and command-line scopes are the operator's and stay as they are).  A session's Bash can write the
-  ``.git/config`` of a workspace that is a repository's main checkout; the
-  launcher, which runs unsandboxed, must not then run what it names
+  global and command-line scopes are the operator's and stay as they are).
+  A session's Bash can write the ``.git/config`` of a workspace that is a
+  repository's main checkout; the launcher, which runs unsandboxed, must not
+  then run what it names
   (docs/security.md);
 * the repository locks this thread holds are inherited (``pass_fds``): a git
   orphaned by the launcher's death keeps the lock until it exits (lock.py).
