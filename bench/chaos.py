@@ -117,9 +117,9 @@ from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
-from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker, make_repo
 

@@ -25,7 +25,7 @@ from bench.chaos_checks import Findings, LedgerDump
 from bench.chaos_rig import SPARE_ANSWERS
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.children import child_id
+from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.testing import scripted_spec
 
 __all__ = [

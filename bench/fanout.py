@@ -2,7 +2,7 @@
 
 Workload: 8 read-only, concurrency-safe calls that each take 200 ms
 (``nahida_workers.testing.tools:Sleep``), started as one parallel batch by
-the session worker's :class:`~nahida_workers.runtime.fanout.FanOutExecutor`
+the session worker's :class:`~nahida_workers.runtime.fanout.parallel.FanOutExecutor`
 and gathered in provider order.  ``remote`` placement publishes each call on
 the ``tools`` queue (Redis broker and result backend) to a separate
 ``celery -A tasks worker -Q tools`` process started by the fleet harness; the
@@ -49,9 +49,9 @@ from nahida_workers.core.ordering import Batch
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.fanout import FanOutExecutor
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.fanout.calls import CallJob, Execution, execute_call
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
 from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.testing import ListTaskQueue, scripted_spec
 from nahida_workers.testing.fleet import Fleet, Worker, wait_for

@@ -42,7 +42,7 @@ from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.children import child_id
+from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, make_repo
 

@@ -45,9 +45,9 @@ from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import SystemClock
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.executor import InlineExecutor
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.fanout.executor import InlineExecutor
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import ListTaskQueue, scripted_spec
 from nahida_workers.testing.tools import Noop
 from nahida_workers.tools.base import ToolRegistry

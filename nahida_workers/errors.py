@@ -17,7 +17,7 @@ Three owners retry, each in exactly one place (STYLE.md habit 5):
 
 1. **provider retries** -- ``providers/retry.py`` retries a provider call on
    429/5xx/timeouts with backoff, honouring ``Retry-After``;
-2. **commit-point outage retries** -- ``runtime/outage.py`` retries a fenced
+2. **commit-point outage retries** -- ``runtime/commits/outage.py`` retries a fenced
    commit point (and the tool worker's epoch check) through a short ledger
    outage, never applying a commit twice (DESIGN.md section 3);
 3. **Celery delivery retries** -- the ``run_session`` task re-publishes a

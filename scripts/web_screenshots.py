@@ -122,7 +122,7 @@ def _child_session(db: Path, parent_id: str, workspace: str) -> str:
     """Record a child session (``parent_id`` set, as subagents do), not dispatched."""
     from nahida_workers.ledger.sql import SqlLedger, make_engine
     from nahida_workers.ports import SystemClock
-    from nahida_workers.runtime.dispatcher import Dispatcher
+    from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
     from nahida_workers.testing import scripted_spec
 
     class _Unpublished:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -31,18 +30,19 @@ from nahida_workers.api.guard import (
 from nahida_workers.api.idempotency import same_request
 from nahida_workers.api.inputs import allowed_workspace, check_inline_scripts, known_query_only
 from nahida_workers.api.policy import check_job_policy
+from nahida_workers.api.services import Services
 from nahida_workers.cli.exits import is_delivery_failure
 from nahida_workers.cli.ids import resolve
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.dispatcher import provider_labels
-from nahida_workers.runtime.preflight import check_spec
+from nahida_workers.runtime.dispatch.dispatcher import provider_labels
+from nahida_workers.runtime.dispatch.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, validation_summary
-from nahida_workers.runtime.wiring import Fleet
+from nahida_workers.web.pages import web_router
 
-__all__ = ["Services", "create_app"]
+__all__ = ["create_app"]
 
 #: Most characters of an id or prefix accepted in a path.
 MAX_ID = 64
@@ -51,14 +51,6 @@ RECORDED_MESSAGE = (
     "recorded; queued for delivery when the broker is back (do not repeat it; "
     "celery beat's sweeper publishes it)"
 )
-
-
-@dataclass
-class Services:
-    """What the API acts through: the fleet of this process and a Redis client for events."""
-
-    fleet: Fleet
-    redis: Any
 
 
 class SessionIn(BaseModel):
@@ -119,8 +111,6 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
     _follow_routes(v1, services)
     _batch_routes(v1, services)
     app.include_router(v1)
-    from nahida_workers.web.pages import web_router
-
     app.include_router(web_router(services))
     return app
 
@@ -219,7 +209,7 @@ def _follow_routes(v1: APIRouter, services: Services) -> None:
         The history first, then new events until the session's current run is
         done (``event: done``) or ``timeout`` seconds pass.
         """
-        from nahida_workers.runtime.channel import stream_key
+        from nahida_workers.runtime.observe.channel import stream_key
 
         full = resolve(ledger, "session", _id(session_id))
         key = stream_key(full, fleet.settings.redis_key_prefix)

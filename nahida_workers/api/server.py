@@ -17,7 +17,8 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     """The ASGI app for ``settings``: the fleet (ledger, dispatcher, inbox) and a Redis client."""
-    from nahida_workers.api.app import Services, create_app
+    from nahida_workers.api.app import create_app
+    from nahida_workers.api.services import Services
     from nahida_workers.celery import CeleryTaskQueue, make_celery
     from nahida_workers.runtime.wiring import build_fleet, redis_client
 

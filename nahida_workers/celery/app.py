@@ -26,7 +26,7 @@ from celery.signals import (
     worker_ready,
 )
 
-from nahida_workers.celery import broker
+from nahida_workers.celery.broker import install as install_redis_transport
 from nahida_workers.celery.config import RUN_SESSION, celery_config
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
 from nahida_workers.logs import clear_log_context
@@ -96,7 +96,7 @@ def make_celery(settings: Settings | None = None, *, name: str = "nahida") -> Ce
         The app; ``process_of(app)`` gives its settings and fleet.
     """
     # redis:// brokers use kombu's transport with a Redis-restart crash worked around.
-    broker.install()
+    install_redis_transport()
     app = Celery(name)
     process = CeleryProcess(app, settings)
     app.nahida = process

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Celery
 
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.executor import ToolExecutor
-from nahida_workers.runtime.fanout import FanOutExecutor
+from nahida_workers.runtime.fanout.executor import ToolExecutor
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
 from nahida_workers.settings import Settings
 
 __all__ = ["executor_for"]

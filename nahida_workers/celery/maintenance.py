@@ -7,7 +7,7 @@ from datetime import datetime
 from nahida_workers import metrics
 from nahida_workers.constants import BROKER_RUN_ID_KEY
 from nahida_workers.ports import FleetState
-from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.runtime.wiring import Fleet
 
 __all__ = ["broker_reset", "run_id_changed", "sweep"]

@@ -8,8 +8,8 @@ from typing import Any
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import RunError
 from nahida_workers.logs import bind_log_context
-from nahida_workers.runtime.redelivery import delivery_tag, plan_follow_up
-from nahida_workers.runtime.session import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.redelivery import delivery_tag, plan_follow_up
 from nahida_workers.runtime.wiring import Fleet
 from nahida_workers.tools.processes import PROCESSES
 
@@ -30,7 +30,7 @@ def run_session_delivery(
     write (case B01).  One that finds the lease held (or lost it mid-run)
     also writes nothing, but it is never the last delivery: it leaves a
     follow-up for when the lease it saw would expire, carrying the owner
-    token it saw (``runtime/redelivery.py``), so a dead owner -- a SIGKILLed
+    token it saw (``runtime/ownership/redelivery.py``), so a dead owner -- a SIGKILLed
     prefork child whose message was requeued at once -- is always followed
     by a taker, with or without beat.  A retryable infrastructure failure
     re-publishes the task with a backoff; the ledger already holds every fact

@@ -71,14 +71,14 @@ def define_tasks(app: Celery, process: _Process) -> NahidaTasks:
     )
     def run_tool_call(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         """Run one fanned-out call and push its result (``celery/tools.py``)."""
-        from nahida_workers.celery import tools
+        from nahida_workers.celery.tools import result_channel, run_tool_call
 
         current = process.fleet()
-        return tools.run_tool_call(
+        return run_tool_call(
             current,
             payload,
             task_id=str(self.request.id),
-            channel=tools.result_channel(current.settings),
+            channel=result_channel(current.settings),
         )
 
     @app.task(name=SWEEP, ignore_result=True)

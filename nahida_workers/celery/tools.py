@@ -29,15 +29,15 @@ from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Clock, LedgerReader
-from nahida_workers.runtime.bounded import run_bounded
-from nahida_workers.runtime.calls import (
+from nahida_workers.runtime.commits.outage import read_through_outage
+from nahida_workers.runtime.fanout.bounded import run_bounded
+from nahida_workers.runtime.fanout.calls import (
     CallJob,
     Execution,
     execution_from_json,
     execution_to_json,
     not_run,
 )
-from nahida_workers.runtime.outage import read_through_outage
 from nahida_workers.runtime.wiring import Fleet, build_registry, redis_client
 from nahida_workers.settings import TOOLS_QUEUE, Settings
 from nahida_workers.tools.base import ToolRegistry
@@ -219,7 +219,7 @@ def _fenced_execution(
 
 
 class CeleryRemoteTools:
-    """The :class:`~nahida_workers.runtime.fanout.RemoteTools` port over Celery."""
+    """The :class:`~nahida_workers.runtime.fanout.parallel.RemoteTools` port over Celery."""
 
     def __init__(self, celery_app: Celery, channel: ToolResultChannel) -> None:
         self._app = celery_app

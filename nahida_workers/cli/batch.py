@@ -18,7 +18,7 @@ What the user is told:
 * Ctrl-C (:mod:`nahida_workers.cli.interrupt`): the right count, exit 130
   within 2 s; a second Ctrl-C exits at once;
 * a ledger outage shorter than ``NAHIDA_LEDGER_OUTAGE_S`` is ridden out like
-  the workers do (:mod:`nahida_workers.runtime.outage`).
+  the workers do (:mod:`nahida_workers.runtime.commits.outage`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
-from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
-from nahida_workers.runtime.outage import read_through_outage
-from nahida_workers.runtime.preflight import check_spec
+from nahida_workers.runtime.commits.outage import read_through_outage
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
+from nahida_workers.runtime.dispatch.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings
@@ -75,7 +75,7 @@ def _validate(spec: SessionSpec, settings: Settings) -> None:
 
     A scripted provider whose turns call a tool the job does not offer (a
     typo like ``Glb``) is the same usage error as an unknown tool in the
-    tools list (``runtime/preflight.py``, shared with schedules and the API).
+    tools list (``runtime/dispatch/preflight.py``, shared with schedules and the API).
 
     Raises:
         ConfigError: an unknown tool, an invalid provider, a script calling a

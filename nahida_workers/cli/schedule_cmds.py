@@ -175,7 +175,7 @@ def add(
     db: DbOpt = DEFAULT_DB,
 ) -> None:
     """Add a schedule: JOB over the repositories on a cron expression or an interval."""
-    from nahida_workers.runtime.dispatcher import new_id
+    from nahida_workers.runtime.dispatch.dispatcher import new_id
     from nahida_workers.schedules.config import build_definition
     from nahida_workers.schedules.model import Overlap
 
@@ -217,7 +217,7 @@ def apply(
     as_json: JsonOpt = False,
 ) -> None:
     """Create or update every schedule the file declares (idempotent; removes none)."""
-    from nahida_workers.runtime.dispatcher import new_id
+    from nahida_workers.runtime.dispatch.dispatcher import new_id
     from nahida_workers.schedules.config import load_schedules_file
 
     settings = _settings(local, db)

@@ -159,7 +159,7 @@ def watch(
     from nahida_workers.cli.ids import resolve
     from nahida_workers.core.events import SessionStatus
     from nahida_workers.ledger.children import child_ledger
-    from nahida_workers.runtime.channel import stream_key
+    from nahida_workers.runtime.observe.channel import stream_key
     from nahida_workers.runtime.wiring import redis_client
 
     settings = settings_for()

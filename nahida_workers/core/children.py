@@ -20,7 +20,7 @@ call posts its prompt to that child's inbox and is waited on like a
 foreground call, until the child's run that took the prompt ends.
 
 Nothing here does I/O: child ids are derived by the runtime
-(``runtime/children.py``), not here (no ``uuid`` in the core).
+(``runtime/children/spawn.py``), not here (no ``uuid`` in the core).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class TerminalPayload(PayloadModel):
     A parent that ends names the children it leaves running
     (``children_running``, section 8); a session in its own worktree adds
     the ``commit`` and ``branch`` its changes were committed on, or the
-    ``worktree_error`` (``runtime/child_worktree.py``).
+    ``worktree_error`` (``runtime/children/worktree.py``).
     """
 
     event_type: ClassVar[str] = "terminal"

@@ -1,27 +1,11 @@
 """The ledger: SQL (PostgreSQL, SQLite) and an in-memory twin, one rule set.
 
-The names are imported on first use (PEP 562), so a command that reads the
-SQL ledger does not import the in-memory twin (CLI start-up).
+:mod:`.sql` (``SqlLedger``, ``make_engine``) is the SQL adapter, assembled
+from the ``sql_*`` parts, with the PostgreSQL hot paths of :mod:`.pg_raw` and
+:mod:`.pg_commit`; :mod:`.memory` (``MemoryLedger``) is its in-memory twin,
+assembled from the ``memory_*`` parts; :mod:`.rules` is the refusal rules both
+share; :mod:`.children` is the child-session port of either; :mod:`.schema`
+and :mod:`.migrate` are the tables and their Alembic migrations. The package
+re-exports nothing, so importing it imports nothing: each caller imports the
+adapter it uses (a command that reads the SQL ledger never imports the twin).
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nahida_workers.ledger.memory import MemoryLedger
-    from nahida_workers.ledger.sql import SqlLedger, make_engine
-
-__all__ = ["MemoryLedger", "SqlLedger", "make_engine"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "MemoryLedger":
-        from nahida_workers.ledger.memory import MemoryLedger
-
-        return MemoryLedger
-    if name in ("SqlLedger", "make_engine"):
-        from nahida_workers.ledger import sql
-
-        return getattr(sql, name)
-    raise AttributeError(name)

@@ -20,7 +20,7 @@ from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
 from nahida_workers.errors import ConfigError
-from nahida_workers.runtime.channel import ChannelPolicy
+from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -136,8 +136,8 @@ class SessionSpec(_Spec):
         contract: the completion contract.
         limits: run bounds.
         stop_hooks: names of stop hooks the operator registered (see
-            ``runtime/hooks.py`` and ``nahida_workers/plugins.py``).
-        channel: which user-visible events watchers see (``runtime/channel.py``).
+            ``runtime/ownership/hooks.py`` and ``nahida_workers/plugins.py``).
+        channel: which user-visible events watchers see (``runtime/observe/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (DESIGN.md section 8).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).

@@ -28,11 +28,11 @@ from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import Clock, Provider, SystemClock, TaskQueue
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
-from nahida_workers.runtime.channel import RedisStreamSink
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
-from nahida_workers.runtime.inbox import Inbox
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.fanout.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.observe.channel import RedisStreamSink
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import EMBEDDED_URLS, Settings
 from nahida_workers.tools.base import ToolRegistry

@@ -73,7 +73,7 @@ def _job(job: str | Path | dict[str, Any]) -> tuple[JobSpec, str | None]:
 
 def _check_runnable(job: JobSpec, settings: Settings) -> None:
     """Build the job's tools and provider once and check its script, as ``nahida batch`` does."""
-    from nahida_workers.runtime.preflight import check_spec
+    from nahida_workers.runtime.dispatch.preflight import check_spec
 
     check_spec(job.session_spec(), settings)
 

@@ -42,7 +42,7 @@ from nahida_workers.errors import (
     UserError,
 )
 from nahida_workers.ports import Clock, LedgerReader
-from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
 from nahida_workers.runtime.spec import JobSpec, SessionSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule
 from nahida_workers.schedules.policy import Plan, plan_tick, plan_trigger, session_key

@@ -23,10 +23,11 @@ from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.plugins import StopHooks
 from nahida_workers.ports import Ledger, Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.executor import InlineExecutor, ToolExecutor
-from nahida_workers.runtime.session import SessionOutcome, SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.fanout.calls import CallJob, Execution, execute_call
+from nahida_workers.runtime.fanout.executor import InlineExecutor, ToolExecutor
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools import default_registry
 from nahida_workers.tools.base import ToolRegistry

@@ -51,8 +51,8 @@ from nahida_workers.core.events import (
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy.detectors import Claim, claims
 from nahida_workers.errors import ConfigError
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec, validation_summary
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings

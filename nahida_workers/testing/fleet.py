@@ -23,7 +23,7 @@ from typing import Any
 
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
 from nahida_workers.testing.tools import TEST_TOOL_PATHS

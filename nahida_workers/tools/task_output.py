@@ -4,7 +4,7 @@ Offered by the runtime to every session that may start children (its job
 lists ``Task``); never part of a job's tool list.  Read-only,
 concurrency-safe and idempotent; it runs in the session worker's local pool
 (the ledger is the source).  Only sessions of the caller's own tree can be
-read (``runtime/child_report.py`` decides).
+read (``runtime/children/report.py`` decides).
 """
 
 from __future__ import annotations

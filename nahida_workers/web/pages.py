@@ -24,7 +24,7 @@ from nahida_workers.web.templates import TEMPLATES
 from nahida_workers.web.timeline import bars_of, overlapping_pairs, timeline_svg
 
 if TYPE_CHECKING:
-    from nahida_workers.api.app import Services
+    from nahida_workers.api.services import Services
 
 __all__ = ["placements_of", "web_router"]
 

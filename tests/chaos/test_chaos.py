@@ -37,8 +37,8 @@ from bench.chaos_checks import (
 from bench.chaos_rig import DELIVER
 from nahida_workers.core.events import EventType, EvidenceKind
 from nahida_workers.core.records import InboxStatus
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.wiring import build_registry
 from nahida_workers.settings import Settings
 from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline, scripted_spec

@@ -14,7 +14,7 @@ from bench.chaos_checks import Findings, LedgerDump
 from bench.chaos_children import check_children, children_of_parent, is_parent, parent_spec
 from bench.chaos_hostile import is_hostile
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import ListTaskQueue, memory_runner
 
 CHECKS = [

@@ -14,7 +14,7 @@ import pytest
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import make_repo
 from tests.cli.helpers import SURVEY, clean_env, nahida

@@ -22,9 +22,9 @@ from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import LeaseStore
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.session import SessionOutcome
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 from tests.conftest import load_case
 
@@ -164,7 +164,7 @@ def test_b04_the_runner_that_lost_its_lease_logs_lease_lost_and_writes_nothing(
 
     runner.provider_for = lambda s: StallingProvider(real_provider_for(s))
     before = ledger.events(ledger.runs_of(sid)[0].run_id)
-    with caplog.at_level(logging.INFO, logger="nahida_workers.runtime.session"):
+    with caplog.at_level(logging.INFO, logger="nahida_workers.runtime.ownership.session"):
         outcome = runner.run(sid)
     assert outcome is SessionOutcome.LEASE_LOST
     assert ledger.events(ledger.runs_of(sid)[0].run_id) == before

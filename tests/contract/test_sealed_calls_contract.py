@@ -28,7 +28,7 @@ from nahida_workers.core.events import (
 from nahida_workers.core.loop import Finish, final_text_for
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerUnavailableError
-from nahida_workers.runtime.commits import CommitPoints
+from nahida_workers.runtime.commits.points import CommitPoints
 from nahida_workers.testing import FakeClock
 from tests.contract.ledger_world import World, make_world, receipt, tool_call, tool_result
 

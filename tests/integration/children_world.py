@@ -15,7 +15,7 @@ from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.runtime.children import child_id
+from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.testing.fleet import LEASE_DB, Fleet, wait_for
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.runtime.children import child_id
+from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, submit, wait_for
 from tests.integration.children_world import (

@@ -15,8 +15,8 @@ import pytest
 
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.inbox import Inbox
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, make_repo, submit, wait_for
 from tests.integration.children_world import (

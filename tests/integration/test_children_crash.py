@@ -5,14 +5,14 @@ and PostgreSQL, real SIGKILLs, no beat:
 
 * the parent's owner is killed right after its turn committed (and
   published) its children and before it parked -- a test-only pause point
-  (``runtime/pause_points.py``) holds it there: no second child for any
+  (``runtime/commits/pause_points.py``) holds it there: no second child for any
   call, and the next owner adopts each result exactly once, in call order;
 * a child's owner is killed mid-Bash: the child is recovered (its call
   closed ``interrupted``, never re-run) and the parent gets one result.
 
 A prefork pool child's death makes the pool parent requeue its message at
 once; the copy finds the dead owner's lease still live and leaves a
-follow-up delivery for when it expires (``runtime/redelivery.py``).
+follow-up delivery for when it expires (``runtime/ownership/redelivery.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import pytest
 
 from nahida_workers.core.events import EventType
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.pause_points import PAUSE_ENV
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.commits.pause_points import PAUSE_ENV
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, make_repo, submit, wait_done, wait_for
 from tests.integration.children_world import (

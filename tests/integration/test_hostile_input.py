@@ -31,7 +31,7 @@ from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import LEASE_DB, Fleet, make_repo, submit, wait_done, wait_for
 from tests.conftest import need_service

@@ -5,7 +5,7 @@ the real Redis and PostgreSQL, real SIGKILLs, and no beat: nothing but the
 workers themselves may bring a session back.
 
 Item 1: a delivery that finds the lease held leaves a follow-up for when the
-lease it saw would expire (``runtime/redelivery.py``), so a dead owner is
+lease it saw would expire (``runtime/ownership/redelivery.py``), so a dead owner is
 always followed by a taker:
 
 * prefork: the pool child that owns the session is SIGKILLed mid-Bash; the

@@ -21,7 +21,7 @@ import pytest
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.runtime.children import child_id
+from nahida_workers.runtime.children.spawn import child_id
 from nahida_workers.runtime.spec import load_job
 from nahida_workers.testing.fleet import Fleet, make_repo, submit
 

@@ -19,9 +19,9 @@ from nahida_workers.cli.main import app
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
-from nahida_workers.runtime.channel import RedisStreamSink
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.observe.channel import RedisStreamSink
 from nahida_workers.testing.doubles import ListTaskQueue, memory_runner, scripted_spec
 
 

@@ -17,8 +17,8 @@ from nahida_workers.errors import ConfigError
 from nahida_workers.ledger.migrate import upgrade
 from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.ports import SystemClock
-from nahida_workers.runtime.channel import stream_key
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.observe.channel import stream_key
 from nahida_workers.testing import ListTaskQueue, scripted_spec
 from nahida_workers.yaml_input import load_yaml
 

@@ -20,8 +20,8 @@ import pytest
 
 from nahida_workers.errors import ConfigError
 from nahida_workers.plugins import STOP_HOOK_GROUP, TOOL_GROUP, StopHooks, entry_points_of
-from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
-from nahida_workers.runtime.preflight import check_spec
+from nahida_workers.runtime.dispatch.preflight import check_spec
+from nahida_workers.runtime.ownership.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.runtime.wiring import build_registry, registry_for
 from nahida_workers.settings import Settings

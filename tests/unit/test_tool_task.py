@@ -20,8 +20,8 @@ from nahida_workers.celery import process_of
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.errors import LedgerUnavailableError
-from nahida_workers.runtime.calls import CallJob, execution_from_json
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.fanout.calls import CallJob, execution_from_json
 from nahida_workers.settings import load_settings
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 

@@ -5,7 +5,7 @@
 (b) If the transaction that commits tool results fails for longer than the
     owner rides out an outage, the run ends ``failed/tool_persistence_failed``
     -- the side effect happened once and is never repeated.
-(c) A shorter outage is ridden out (``runtime/outage.py``): the commit is
+(c) A shorter outage is ridden out (``runtime/commits/outage.py``): the commit is
     retried, and an attempt whose acknowledgement was lost after it landed is
     found in the ledger and not applied twice.
 """
@@ -21,8 +21,9 @@ import pytest
 from nahida_workers.core.events import EventType, FailureCode, SessionStatus
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.ledger.memory import MemoryLedger
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionOutcome, SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 
 MARKER = "ran.marker"

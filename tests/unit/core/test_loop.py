@@ -49,8 +49,8 @@ from nahida_workers.core.state import RunState
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionOutcome
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.testing import (
     FakeClock,

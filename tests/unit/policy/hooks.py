@@ -1,6 +1,6 @@
 """Stop hooks the rule table names by import path (``tests.unit.policy.hooks:NAME``).
 
-Each receives a :class:`~nahida_workers.runtime.hooks.StopHookContext` and
+Each receives a :class:`~nahida_workers.runtime.ownership.hooks.StopHookContext` and
 returns a "do not stop" message or ``None`` / ``""`` to allow stopping.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from nahida_workers.runtime.hooks import StopHookContext
+from nahida_workers.runtime.ownership.hooks import StopHookContext
 
 #: What :func:`block_once` tells the model the first time.
 BLOCK_MESSAGE = "do not stop: also list the test files you looked at"

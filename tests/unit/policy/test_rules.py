@@ -53,7 +53,7 @@ from nahida_workers.ledger.memory import MemoryLedger, MemoryTx
 from nahida_workers.ports import Provider
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.wiring import registry_for, stop_hooks_of
 from nahida_workers.settings import Settings
 from nahida_workers.testing import (

@@ -22,12 +22,12 @@ from nahida_workers.constants import CANCEL_POLL_S
 from nahida_workers.core.events import EventType, ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
-from nahida_workers.runtime.bounded import abandoned_threads
-from nahida_workers.runtime.calls import CallJob
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.executor import InlineExecutor
-from nahida_workers.runtime.fanout import FanOutExecutor
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.fanout.bounded import abandoned_threads
+from nahida_workers.runtime.fanout.calls import CallJob
+from nahida_workers.runtime.fanout.executor import InlineExecutor
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import (
     FakeClock,
     ListTaskQueue,
@@ -217,7 +217,7 @@ def test_a_local_call_that_queued_counts_its_timeout_from_its_own_start(tmp_path
 
 def _thread_of(fn: Any = None) -> tuple[threading.Thread, Any]:
     """Run ``fn`` (default: nothing) as a call; the thread it ran on and its result."""
-    from nahida_workers.runtime.bounded import CallThread
+    from nahida_workers.runtime.fanout.bounded import CallThread
 
     seen: list[threading.Thread] = []
 
@@ -257,7 +257,7 @@ def test_a_reused_call_thread_starts_each_call_with_a_fresh_context() -> None:
 
 
 def test_a_call_thread_that_never_returns_is_never_handed_another_call() -> None:
-    from nahida_workers.runtime.bounded import CallThread
+    from nahida_workers.runtime.fanout.bounded import CallThread
 
     release = threading.Event()
     stuck_on: list[threading.Thread] = []
@@ -278,7 +278,7 @@ def test_a_call_thread_that_never_returns_is_never_handed_another_call() -> None
 
 
 def _parked() -> list[threading.Thread]:
-    from nahida_workers.runtime import bounded
+    from nahida_workers.runtime.fanout import bounded
 
     with bounded._idle_lock:
         return [w.thread for w in bounded._idle]

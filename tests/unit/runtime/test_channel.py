@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from nahida_workers.runtime.channel import ChannelPolicy, MemorySink, VisibleKind
+from nahida_workers.runtime.observe.channel import ChannelPolicy, MemorySink, VisibleKind
 from nahida_workers.testing import memory_runner, run_inline, scripted_spec
 
 TURNS = [

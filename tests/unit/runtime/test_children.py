@@ -12,10 +12,10 @@ from typing import Any
 from nahida_workers.core.events import EventType, SessionStatus, ToolStatus
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.owner import SessionOutcome
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing.doubles import ListTaskQueue, memory_runner, scripted_spec
 
 

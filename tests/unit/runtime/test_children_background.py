@@ -14,10 +14,10 @@ import pytest
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.child_report import child_report
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.inbox import Inbox
-from nahida_workers.runtime.owner import SessionOutcome
+from nahida_workers.runtime.children.report import child_report
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.testing.doubles import memory_runner, scripted_spec
 from tests.unit.runtime.test_children import AGENTS, World, profile, results, task
 
@@ -205,7 +205,7 @@ def test_resume_runs_the_childs_next_run_and_adopts_it(w: World) -> None:
     assert len(runs) == 2 and all(r.terminal_state is not None for r in runs)
     receipts = {r.call_id: r for r in ledger.receipts(RUN)}
     assert receipts["call_r"].evidence["child_run_id"] == runs[1].run_id
-    # the child's second run remembers its first (runtime/history.py)
+    # the child's second run remembers its first (runtime/ownership/history.py)
     prompt = next(e for e in ledger.events(runs[1].run_id) if e.type is EventType.USER_INPUT)
     assert prompt.payload["text"] == "please call_r"
     assert terminal(ledger, parent)["state"] == "completed"
@@ -216,7 +216,7 @@ def test_a_cancel_landing_while_the_parent_holds_its_lease_is_not_parked_on(
     w: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inbox.cancel re-dispatches nobody while the lease is held; parking would hide it."""
-    from nahida_workers.runtime.commits import CommitPoints
+    from nahida_workers.runtime.commits.points import CommitPoints
 
     agents = {**AGENTS, "slow": profile({"text": "Slow."})}
     parent = submit(

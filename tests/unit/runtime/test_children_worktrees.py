@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from nahida_workers.ledger.children import child_ledger
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import load_job
 from nahida_workers.testing.doubles import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.workspaces import WorktreeManager

@@ -23,8 +23,9 @@ import pytest
 
 from nahida_workers.core.events import EventType
 from nahida_workers.errors import LedgerUnavailableError
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionOutcome, SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 from tests.unit.core.test_commit_points import MARKER, TURNS
 

@@ -6,7 +6,7 @@ import pytest
 
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.memory import MemoryLedger
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import FakeClock, ListTaskQueue, scripted_spec
 
 SPEC = scripted_spec([{"text": "hi"}])

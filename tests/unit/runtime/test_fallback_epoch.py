@@ -20,7 +20,7 @@ from nahida_workers.core.events import EventType, EvidenceKind, FailureCode, Too
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.errors import ProviderError
 from nahida_workers.providers.fallback import FallbackProvider
-from nahida_workers.runtime.fanout import FanOutExecutor
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
 from nahida_workers.testing import (
     FakeClock,
     ThreadRemoteTools,

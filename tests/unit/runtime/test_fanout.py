@@ -24,8 +24,8 @@ from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import plan_batches
 from nahida_workers.core.transcript import project
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages
-from nahida_workers.runtime.calls import CallJob
-from nahida_workers.runtime.fanout import FanOutExecutor
+from nahida_workers.runtime.fanout.calls import CallJob
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
 from nahida_workers.testing import (
     FakeClock,
     ThreadRemoteTools,
@@ -263,7 +263,7 @@ def test_cancel_during_a_batch_ends_the_run_cancelled(placement: str, tmp_path: 
     Blocker.started.clear()
     calls = [{"id": f"s{i}", "name": "Blocker", "arguments": {"ms": BLOCK_MS}} for i in range(3)]
     spec = _tools_spec(calls)
-    from nahida_workers.runtime.dispatcher import Dispatcher
+    from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
     from nahida_workers.testing import ListTaskQueue
 
     session, _ = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock).submit(

@@ -16,7 +16,7 @@ from typing import Any
 from nahida_workers.core.events import EventType
 from nahida_workers.ports import Ledger
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 
 LONG_ID = "call_" + "9" * 295

@@ -11,9 +11,9 @@ import pytest
 from nahida_workers.core.events import EventType, ToolStatus
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.errors import InboxFullError, UserError
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolRegistry, ToolSpec

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from nahida_workers.errors import LedgerUnavailableError
-from nahida_workers.runtime import outage
+from nahida_workers.runtime.commits import outage
 from nahida_workers.testing import FakeClock
 
 

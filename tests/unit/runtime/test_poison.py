@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nahida_workers.core.events import EventType
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from nahida_workers.core.events import EventType, EvidenceKind, ToolStatus
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
-from nahida_workers.runtime.fanout import FanOutExecutor
+from nahida_workers.runtime.fanout.parallel import FanOutExecutor
 from nahida_workers.testing import (
     FakeClock,
     ThreadRemoteTools,
@@ -188,7 +188,7 @@ def test_a_failed_turn_commit_aborts_what_was_pre_started(tmp_path: Path) -> Non
         if commits["n"] >= 2:  # bump_epoch, then the turn's commit point (and retries)
             raise LedgerUnavailableError("database went away (test)")
 
-    from nahida_workers.runtime.dispatcher import Dispatcher
+    from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
     from nahida_workers.testing import ListTaskQueue
 
     session, _ = Dispatcher(ledger, ListTaskQueue(), clock).submit(

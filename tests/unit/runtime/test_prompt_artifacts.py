@@ -25,7 +25,7 @@ from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.providers.payloads import anthropic_messages_body, openai_chat_body
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 
 #: About 1 MB of text, bigger than the 256 KiB payload cap, not ASCII only.

@@ -11,8 +11,8 @@ import pytest
 from nahida_workers.core.events import Event, EventType, ToolStatus, VerificationStatus
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import Fence
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline, scripted_spec
 from tests.unit.runtime.test_recovery_b13 import SendEmailNoKey, _crashed_run
 

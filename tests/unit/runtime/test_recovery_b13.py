@@ -26,7 +26,7 @@ from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.ports import Fence
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from tests.conftest import load_case

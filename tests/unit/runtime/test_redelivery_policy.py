@@ -1,4 +1,4 @@
-"""The follow-up a delivery leaves behind (issue 10 item 1, ``runtime/redelivery.py``)."""
+"""The follow-up a delivery leaves behind (issue 10 item 1, ``runtime/ownership/redelivery.py``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from nahida_workers.runtime.redelivery import FollowUp, delivery_tag, plan_follow_up
-from nahida_workers.runtime.session import SessionOutcome, owner_token
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.redelivery import FollowUp, delivery_tag, plan_follow_up
+from nahida_workers.runtime.ownership.session import owner_token
 
 HELD = SessionOutcome.LEASE_HELD
 BASE: dict[str, Any] = {"lease_ttl_s": 30.0, "visibility_timeout_s": 300.0, "max_hops": 5}

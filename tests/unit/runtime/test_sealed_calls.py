@@ -24,9 +24,9 @@ from nahida_workers.core.messages import ProviderRequest, ToolResultMessage
 from nahida_workers.core.payloads import INTERRUPTED_TEXT
 from nahida_workers.core.transcript import project
 from nahida_workers.providers.payloads import anthropic_messages, openai_messages
-from nahida_workers.runtime.children import child_id
-from nahida_workers.runtime.inbox import Inbox
-from nahida_workers.runtime.owner import SessionOutcome
+from nahida_workers.runtime.children.spawn import child_id
+from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.testing.doubles import memory_runner
 from nahida_workers.testing.validate import validate_anthropic_messages, validate_openai_messages
 from tests.unit.runtime.test_children import AGENTS, World, profile, task

@@ -19,8 +19,8 @@ import pytest
 from nahida_workers.core.compaction import COMPACTED_PREFIX
 from nahida_workers.providers.anthropic import AnthropicProvider
 from nahida_workers.providers.openai_compat import OpenAICompatProvider
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.inbox import Inbox
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.testing.validate import (
     validate_anthropic_messages,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nahida_workers.core.events import EventType, SessionStatus
-from nahida_workers.runtime.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
-from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 
 SPEC = scripted_spec(

@@ -26,8 +26,8 @@ from nahida_workers.core.events import EventType, EvidenceKind, ToolStatus
 from nahida_workers.errors import LedgerUnavailableError
 from nahida_workers.ledger.memory import MemoryLedger
 from nahida_workers.providers import OpenAICompatProvider
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.testing import FakeClock, ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolRegistry, ToolSpec
 from tests.unit.runtime.test_commit_points_backends import _fail_commits

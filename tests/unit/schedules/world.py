@@ -9,8 +9,8 @@ from typing import Any
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.sweeper import Sweeper
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Schedule, ScheduleDef
 from nahida_workers.schedules.scheduler import Scheduler
 from nahida_workers.schedules.store import MemoryScheduleStore, ScheduleStore

@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from nahida_workers.runtime.owner import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 
 __all__ = ["FollowUp", "delivery_tag", "is_poison", "plan_follow_up"]
 

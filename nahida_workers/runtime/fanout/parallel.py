@@ -16,7 +16,7 @@ inline.  Both placements share one set of rules:
   taken, so a call that finished in time is never reported ``timed_out``
   because an earlier call of its batch was slow;
 * an exclusive call runs alone on its own thread, bounded the same way
-  (``runtime/bounded.py``);
+  (``runtime/fanout/bounded.py``);
 * the executor epoch: when the batch must be abandoned (cancel, lease lost,
   provider fallback during a streaming pre-start) the epoch is bumped and
   outstanding calls are revoked; any result produced for an older epoch
@@ -31,28 +31,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
 from nahida_workers.core.payloads import ABORTED_TEXT
-from nahida_workers.runtime.bounded import (
+from nahida_workers.runtime.fanout.bounded import (
     ABORT_POLL_S,
     GRACE_S,
     CallThread,
     run_bounded,
     timed_out,
 )
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
+from nahida_workers.runtime.fanout.calls import CallJob, Execution, execute_call, not_run
+from nahida_workers.runtime.fanout.pending import Pending, Slot
+from nahida_workers.runtime.fanout.prestart import PreStart
 from nahida_workers.tools.base import Placement, ToolRegistry
 
-if TYPE_CHECKING:
-    from nahida_workers.runtime.prestart import PreStart
-
-__all__ = ["FanOutExecutor", "Pending", "RemoteTools", "remote_task_id"]
+__all__ = ["FanOutExecutor", "RemoteTools", "remote_task_id"]
 
 log = logging.getLogger(__name__)
 
@@ -80,39 +79,6 @@ class RemoteTools(Protocol):
 def remote_task_id(job: CallJob, call_id: str, executor_epoch: int) -> str:
     """Task id of a fanned-out call: run, call, fencing epoch, executor epoch."""
     return f"tool-{job.run_id}-{call_id}-f{job.epoch}-x{executor_epoch}"
-
-
-@dataclass
-class _Slot:
-    call: ToolCall
-    job: CallJob
-    placement: Placement
-    executor_epoch: int
-    submitted: float
-    timeout_s: float
-    cancel: threading.Event
-    thread: CallThread[Execution] | None = None
-    task_id: str | None = None
-    execution: Execution | None = None
-
-    def deadline(self) -> float | None:
-        """Monotonic second this call times out; None while a local call still queues."""
-        if self.thread is not None:
-            started = self.thread.started_at
-            return None if started is None else started + self.timeout_s
-        return self.submitted + self.timeout_s
-
-
-@dataclass
-class Pending:
-    """Calls started and not yet gathered, in provider order."""
-
-    slots: list[_Slot] = field(default_factory=list)
-
-    @property
-    def call_ids(self) -> list[str]:
-        """Ids of the started calls, in order."""
-        return [s.call.call_id for s in self.slots]
 
 
 class FanOutExecutor:
@@ -147,8 +113,6 @@ class FanOutExecutor:
 
     def prestart(self, job: CallJob, registry: ToolRegistry) -> PreStart:
         """A pre-start that runs safe calls on this executor while the stream is open."""
-        from nahida_workers.runtime.prestart import PreStart
-
         return PreStart(self, job, registry)
 
     # -- the ToolExecutor protocol -------------------------------------------------
@@ -190,7 +154,7 @@ class FanOutExecutor:
             if tool is None or placement is None:
                 raise ValueError(f"{call.name} cannot fan out")  # plan_batches never does this
             timeout_s = tool.spec.timeout_s
-            slot = _Slot(call, job, placement, epoch, started, timeout_s, threading.Event())
+            slot = Slot(call, job, placement, epoch, started, timeout_s, threading.Event())
             if placement is Placement.REMOTE and self._remote is not None:
                 task_id = remote_task_id(job, call.call_id, epoch)
                 try:
@@ -231,7 +195,7 @@ class FanOutExecutor:
             out.append(slot.execution)
         return out
 
-    def abort(self, slots: Sequence[_Slot], *, bump: bool = True) -> None:
+    def abort(self, slots: Sequence[Slot], *, bump: bool = True) -> None:
         """Revoke or cancel every slot still running; with ``bump``, a new epoch.
 
         Results that already arrived keep their value (they came in the
@@ -268,7 +232,7 @@ class FanOutExecutor:
         return Pending(kept)
 
     # -- internals --------------------------------------------------------------------
-    def _poll(self, slot: _Slot, wait_s: float) -> None:
+    def _poll(self, slot: Slot, wait_s: float) -> None:
         if slot.thread is not None:
             try:
                 execution = slot.thread.result(wait_s)
@@ -285,7 +249,7 @@ class FanOutExecutor:
         if got is not None:
             self._settle(slot, got)
 
-    def _settle(self, slot: _Slot, got: tuple[int, Execution] | None) -> None:
+    def _settle(self, slot: Slot, got: tuple[int, Execution] | None) -> None:
         """Record a slot's execution; anything from an older epoch is aborted."""
         current = slot.job.executor_epoch.value
         if got is not None and got[0] == current:
@@ -307,7 +271,7 @@ class FanOutExecutor:
             at=self._now(),
         )
 
-    def _time_out(self, slot: _Slot) -> None:
+    def _time_out(self, slot: Slot) -> None:
         slot.cancel.set()
         if slot.thread is not None:
             slot.thread.abandon()
@@ -315,7 +279,7 @@ class FanOutExecutor:
             self._remote.revoke([slot.task_id])
         slot.execution = timed_out(slot.call, slot.job, self._now(), slot.timeout_s)
 
-    def _failed(self, slot: _Slot, exc: BaseException) -> Execution:
+    def _failed(self, slot: Slot, exc: BaseException) -> Execution:
         return not_run(
             slot.call,
             slot.job,

@@ -11,9 +11,9 @@ over the ports through the commit points:
    fails the run stops ``failed/tool_persistence_failed``;
 3. the terminal event, the run row and the session status in one transaction.
 
-The owner's part lives in :mod:`~nahida_workers.runtime.owner`, the effect
-interpreter in :mod:`~nahida_workers.runtime.driver`, and every commit point
-in :mod:`~nahida_workers.runtime.commits`.
+The owner's part lives in :mod:`~nahida_workers.runtime.ownership.owner`, the effect
+interpreter in :mod:`~nahida_workers.runtime.ownership.driver`, and every commit point
+in :mod:`~nahida_workers.runtime.commits.points`.
 """
 
 from __future__ import annotations
@@ -22,40 +22,26 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from nahida_workers.constants import (
-    DEFAULT_LEASE_TTL_S,
-    DEFAULT_LEDGER_OUTAGE_S,
-    DEFAULT_LEDGER_SEAL_OUTAGE_S,
-    DEFAULT_POISON_AFTER_CRASHES,
-)
 from nahida_workers.core.events import (
     FailureCode,
     ReasonCode,
     SessionStatus,
 )
-from nahida_workers.core.lineage import ChildLimits
-from nahida_workers.core.records import InboxLimits, OutboxRecord
 from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
 )
-from nahida_workers.plugins import StopHooks
-from nahida_workers.ports import Clock, Fence, LeaseStore, Ledger, Provider
-from nahida_workers.runtime.channel import EventSink, NullSink
-from nahida_workers.runtime.commits import hand_back, take_over
-from nahida_workers.runtime.executor import ToolExecutor
-from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.owner import SessionOutcome, SessionOwner
-from nahida_workers.runtime.redelivery import is_poison
-from nahida_workers.runtime.spec import SessionSpec
-from nahida_workers.tools.base import ToolRegistry
-from nahida_workers.workspaces import WorktreeManager
+from nahida_workers.ports import Fence
+from nahida_workers.runtime.commits.points import hand_back, take_over
+from nahida_workers.runtime.ownership.delivery import DeliveryPorts
+from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.owner import SessionOwner
+from nahida_workers.runtime.ownership.redelivery import is_poison
 
-__all__ = ["SessionOutcome", "SessionRunner", "owner_token"]
+__all__ = ["SessionRunner", "owner_token"]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +50,7 @@ def owner_token(delivery_tag: str = "") -> str:
     """A lease owner token unique to this process and call: ``host:pid:uuid[:tag]``.
 
     ``delivery_tag`` names the broker message the owner runs in
-    (``runtime/redelivery.py``: a requeued copy of that message recognises
+    (``runtime/ownership/redelivery.py``: a requeued copy of that message recognises
     the lease its dead owner left).
     """
     token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -72,55 +58,13 @@ def owner_token(delivery_tag: str = "") -> str:
 
 
 @dataclass
-class SessionRunner:
-    """Everything one session delivery needs, as ports.
+class SessionRunner(DeliveryPorts):
+    """Runs session deliveries over the ports and settings of :class:`DeliveryPorts`.
 
-    Attributes:
-        ledger / leases / clock: the ports.
-        provider_for: builds the provider of a session spec.
-        registry_for: builds the tool registry of a session spec.
-        executor: runs tool batches.
-        lease_ttl_ms: lease TTL in milliseconds (heartbeat at a third of it).
-        ledger_outage_s: how long a commit point is retried through a ledger
-            outage, in seconds (``runtime/outage.py``); 0 = one attempt.
-        ledger_seal_outage_s: how long the seal ``failed/tool_persistence_failed``
-            is retried after tool results could not be stored, in seconds
-            (DESIGN.md section 3 step 5; the owner keeps its lease meanwhile).
-        prestart: start read-only concurrency-safe calls while the provider
-            still streams (needs a fan-out executor; see ``runtime/prestart.py``).
-        sink: where user-visible events go (``runtime/channel.py``).
-        child_limits: bounds on child sessions (settings; DESIGN.md section 8).
-        publish: publishes an outbox row a commit point wrote (child sessions,
-            a woken parent) after its commit; None leaves them to the sweeper.
-        poison_after_crashes: a session whose last this-many owners all
-            crashed without progress is sealed ``failed/poison_session``
-            instead of being run again (``runtime/redelivery.py``;
-            ``bump_epoch`` counts them in the ledger).
-        inbox_limits: the inbox bounds a background child's completion is
-            posted under (DESIGN.md section 8).
-        worktrees: makes the git worktrees of ``isolation: worktree``
-            children (None: such Task calls are refused).
-        stop_hooks: the stop hooks the operator registered; a job's other
-            names are never imported (``nahida_workers/plugins.py``).
+    Takes the lease, bumps the epoch, hands the session to its owner and
+    releases the lease after; the constructor takes the fields of
+    :class:`DeliveryPorts`.
     """
-
-    ledger: Ledger[Any]
-    leases: LeaseStore
-    clock: Clock
-    provider_for: Callable[[SessionSpec], Provider]
-    registry_for: Callable[[SessionSpec], ToolRegistry]
-    executor: ToolExecutor
-    lease_ttl_ms: int = int(DEFAULT_LEASE_TTL_S * 1000)
-    ledger_outage_s: float = DEFAULT_LEDGER_OUTAGE_S
-    ledger_seal_outage_s: float = DEFAULT_LEDGER_SEAL_OUTAGE_S
-    prestart: bool = True
-    sink: EventSink = field(default_factory=NullSink)
-    poison_after_crashes: int = DEFAULT_POISON_AFTER_CRASHES
-    child_limits: ChildLimits = field(default_factory=ChildLimits)
-    publish: Callable[[OutboxRecord], None] | None = None
-    inbox_limits: InboxLimits = field(default_factory=InboxLimits)
-    worktrees: WorktreeManager | None = None
-    stop_hooks: StopHooks = field(default_factory=StopHooks)
 
     def settle(self, session_id: str) -> bool:
         """End a session stuck with no owner: its open run sealed ``failed/abandoned``.

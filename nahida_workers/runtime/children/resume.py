@@ -2,7 +2,7 @@
 
 A resumed call posts its prompt to the child's inbox (a ``user`` message,
 ``next_turn`` false: it starts the child's *next* run, which remembers its
-earlier runs through ``runtime/history.py``), in the transaction that
+earlier runs through ``runtime/ownership/history.py``), in the transaction that
 commits the parent's ``tool_call``.  The message id is derived from the
 parent's run and the call (:func:`resume_message_id`), so a parent killed
 anywhere in the sequence posts it once.  The call is then waited on like a

@@ -20,7 +20,7 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage
 from nahida_workers.errors import NotFoundError, UserError
 from nahida_workers.ports import Clock, LeaseStore, LedgerInbox, LedgerReader, LedgerWriter, TxT
-from nahida_workers.runtime.dispatcher import Dispatcher
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 
 __all__ = ["Inbox", "InboxLedger"]
 

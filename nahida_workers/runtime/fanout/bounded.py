@@ -35,7 +35,7 @@ from typing import Generic, TypeVar
 
 from nahida_workers.core.events import ToolStatus
 from nahida_workers.core.messages import ToolCall
-from nahida_workers.runtime.calls import CallJob, Execution, execute_call, not_run
+from nahida_workers.runtime.fanout.calls import CallJob, Execution, execute_call, not_run
 from nahida_workers.tools.base import ToolRegistry
 
 __all__ = [

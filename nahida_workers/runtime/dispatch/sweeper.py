@@ -28,8 +28,8 @@ from datetime import timedelta
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.ports import Clock, LeaseStore, LedgerReader
-from nahida_workers.runtime.dispatcher import Dispatcher
-from nahida_workers.runtime.session import SessionRunner
+from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+from nahida_workers.runtime.ownership.session import SessionRunner
 
 __all__ = ["SweepReport", "Sweeper"]
 

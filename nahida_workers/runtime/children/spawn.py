@@ -11,8 +11,8 @@ seal posts :func:`completion_message` to its parent's inbox.
 Part B: a ``mode: background`` call is settled once its child exists (its
 completion is a background inbox message the parent sees as input, and
 ``TaskOutput`` reads it); a ``resume`` call posts to an existing child's
-inbox (``runtime/resume.py``); a parent's seal applies its children's
-``parent_close`` policy (``runtime/child_close.py``).
+inbox (``runtime/children/resume.py``); a parent's seal applies its children's
+``parent_close`` policy (``runtime/children/close.py``).
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from nahida_workers.core.records import (
 )
 from nahida_workers.errors import WorkspaceUnavailableError
 from nahida_workers.ports import ChildLedger, Ledger
-from nahida_workers.runtime.child_worktree import BASE_KEY, record_base
-from nahida_workers.runtime.resume import (
+from nahida_workers.runtime.children.resume import (
     post_resume,
     resume_message_id,
     resume_problem,
     resume_view,
 )
+from nahida_workers.runtime.children.worktree import BASE_KEY, record_base
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.workspaces import WorktreeManager
 
@@ -109,7 +109,7 @@ class Spawner:
         refused: call id -> the refusal text of a spawn the ledger refused
             (kept for this owner; a later owner re-attempts the idempotent spawn).
         isolated: ``(child id, base commit)`` of the worktree children the
-            last :meth:`spawn` created (``runtime/child_worktree.py``).
+            last :meth:`spawn` created (``runtime/children/worktree.py``).
     """
 
     ledger: Ledger[Any]
@@ -267,7 +267,7 @@ def child_views(
     committed (possibly by an earlier owner): ``respawn`` re-attempts the
     idempotent spawn and returns the refusal text, or None when it started.
     ``redispatch(child, key)`` re-queues a resumed child whose prompt waits
-    while it is ``done`` (``runtime/resume.py``).
+    while it is ``done`` (``runtime/children/resume.py``).
     """
     views: dict[str, ChildView] = {}
     for call in calls:
@@ -305,7 +305,7 @@ def _resumed_view(
     respawn: Callable[[ToolCall], str | None],
     redispatch: Callable[[str, str], None],
 ) -> ChildView:
-    """A resumed call's view (``runtime/resume.py``); re-posts a prompt never posted."""
+    """A resumed call's view (``runtime/children/resume.py``); re-posts a prompt never posted."""
     assert request.resume is not None
     child, message_id = request.resume, resume_message_id(run_id, call.call_id)
 

@@ -4,7 +4,7 @@ DESIGN.md sections 3 and 9.  :func:`~nahida_workers.core.loop.decide` returns
 one decision value at a time; :class:`RunDriver` has one small
 ``_apply_<decision>`` method per value (the way temporalio's workflow
 instance has one ``_apply_<job>`` per activation job), and every write goes
-through a named commit point of :class:`~nahida_workers.runtime.commits.CommitPoints`.
+through a named commit point of :class:`~nahida_workers.runtime.commits.points.CommitPoints`.
 A new decision (parking a session on its children, say) is one more case in
 :meth:`RunDriver._apply` and one more method here.
 """
@@ -59,19 +59,19 @@ from nahida_workers.core.receipts import idempotency_key
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import ProviderError, ProviderProtocolError
-from nahida_workers.runtime.calls import CallJob, Execution
-from nahida_workers.runtime.children import child_views, completion_prefix
-from nahida_workers.runtime.commits import CommitPoints
-from nahida_workers.runtime.hooks import StopHookContext, run_stop_hooks
-from nahida_workers.runtime.observe import Observer
-from nahida_workers.runtime.prestart import FallbackGuard, PreStart
+from nahida_workers.runtime.children.spawn import child_views, completion_prefix
+from nahida_workers.runtime.commits.points import CommitPoints
+from nahida_workers.runtime.fanout.calls import CallJob, Execution
+from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
+from nahida_workers.runtime.observe.observer import Observer
+from nahida_workers.runtime.ownership.hooks import StopHookContext, run_stop_hooks
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from nahida_workers.core.records import SessionRecord
     from nahida_workers.ports import Provider
-    from nahida_workers.runtime.session import SessionRunner
+    from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
 __all__ = ["RunDriver", "loop_config"]
 
@@ -121,7 +121,7 @@ class RunDriver:
 
     def __init__(
         self,
-        runner: SessionRunner,
+        runner: DeliveryPorts,
         session: SessionRecord,
         spec: SessionSpec,
         commits: CommitPoints,

@@ -1,7 +1,7 @@
 """Tool executors: run one batch, return executions in provider order.
 
 :class:`InlineExecutor` runs the calls one after the other in the session
-worker, each bounded by its tool's timeout (``runtime/bounded.py``,
+worker, each bounded by its tool's timeout (``runtime/fanout/bounded.py``,
 DESIGN.md section 5).  Fan-out executors (a local thread pool, the remote ``tools`` queue)
 implement the same :class:`ToolExecutor` protocol.
 """
@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nahida_workers.core.ordering import Batch
-from nahida_workers.runtime.bounded import GRACE_S, run_bounded
-from nahida_workers.runtime.calls import CallJob, Execution
+from nahida_workers.runtime.fanout.bounded import GRACE_S, run_bounded
+from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
-    from nahida_workers.runtime.prestart import PreStart
+    from nahida_workers.runtime.fanout.prestart import PreStart
 
 __all__ = ["InlineExecutor", "ToolExecutor"]
 

@@ -1,10 +1,10 @@
 """The part of a session delivery that runs while this process owns the lease.
 
 DESIGN.md sections 3, 4 and 8: recover what a previous owner left open,
-drive the run through the effect interpreter (:mod:`~nahida_workers.runtime.driver`),
+drive the run through the effect interpreter (:mod:`~nahida_workers.runtime.ownership.driver`),
 seal exactly one terminal state per run, and start the next run from input
 that arrived after a seal.  Every write is a named commit point of
-:class:`~nahida_workers.runtime.commits.CommitPoints`, which the owner has.
+:class:`~nahida_workers.runtime.commits.points.CommitPoints`, which the owner has.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -37,34 +36,24 @@ from nahida_workers.ledger.children import child_ledger
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
-from nahida_workers.runtime.child_report import child_report
-from nahida_workers.runtime.child_worktree import isolate, isolated
-from nahida_workers.runtime.children import Spawner
-from nahida_workers.runtime.commits import CommitPoints, Family
-from nahida_workers.runtime.driver import RunDriver
-from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.history import session_history
+from nahida_workers.runtime.children.report import child_report
+from nahida_workers.runtime.children.spawn import Spawner
+from nahida_workers.runtime.children.worktree import isolate, isolated
+from nahida_workers.runtime.commits.points import CommitPoints, Family
+from nahida_workers.runtime.ownership.driver import RunDriver
+from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.runtime.ownership.history import session_history
+from nahida_workers.runtime.ownership.outcome import SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
-    from nahida_workers.runtime.session import SessionRunner
+    from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
-__all__ = ["SessionOutcome", "SessionOwner"]
+__all__ = ["SessionOwner"]
 
 log = logging.getLogger(__name__)
-
-
-class SessionOutcome(StrEnum):
-    """What one ``run_session`` delivery did."""
-
-    FINISHED = "finished"  # this delivery committed the terminal state
-    LEASE_HELD = "lease_held"  # another live owner holds the lease: no-op
-    ALREADY_DONE = "already_done"  # nothing left to run: no-op
-    NOT_FOUND = "not_found"  # unknown session id: no-op
-    LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
-    PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
 
 
 def _spec_of(session: SessionRecord) -> SessionSpec:
@@ -88,7 +77,7 @@ class SessionOwner:
     """
 
     def __init__(
-        self, runner: SessionRunner, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
+        self, runner: DeliveryPorts, session: SessionRecord, fence: Fence, heartbeat: Heartbeat
     ) -> None:
         self.r = runner
         self.session = session
@@ -149,7 +138,7 @@ class SessionOwner:
         """Seal the open run ``failed/<reason>`` after closing its orphan calls.
 
         ``abandoned`` (the sweeper: no owner, no progress) by default;
-        ``poison_session`` when deliveries kept crashing (``runtime/redelivery.py``).
+        ``poison_session`` when deliveries kept crashing (``runtime/ownership/redelivery.py``).
         """
         run = self._open_run()
         if run is None:
@@ -245,7 +234,7 @@ class SessionOwner:
         if not self._isolate(state, run):
             return False
         spec = _spec_of(self.session)
-        # Task is run by the runtime itself, not by a tool (runtime/children.py).
+        # Task is run by the runtime itself, not by a tool (runtime/children/spawn.py).
         tools = tuple(t for t in spec.tools if t != TASK_TOOL)
         registry, artifacts = offer_artifact_tool(
             self.r.registry_for(spec.model_copy(update={"tools": tools})),
@@ -277,7 +266,7 @@ class SessionOwner:
         return driver.parked
 
     def _isolate(self, state: RunState, run: RunRecord) -> bool:
-        """An ``isolation: worktree`` session runs in its own worktree (runtime/child_worktree.py).
+        """An ``isolation: worktree`` session runs in its own worktree (children/worktree.py).
 
         Returns False when the run was sealed ``failed/worktree_unavailable``
         (its parent then adopts an error instead of waiting; case B22).

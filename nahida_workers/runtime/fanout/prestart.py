@@ -17,14 +17,16 @@ executor epoch bumped, so its result is never committed as a success.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.ordering import Batch
-from nahida_workers.runtime.calls import CallJob
-from nahida_workers.runtime.fanout import FanOutExecutor, Pending
+from nahida_workers.runtime.fanout.calls import CallJob
+from nahida_workers.runtime.fanout.pending import Pending
 from nahida_workers.tools.base import ToolRegistry
 
-__all__ = ["FallbackGuard", "PreStart"]
+__all__ = ["CallStarter", "FallbackGuard", "PreStart"]
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +35,32 @@ def _key(call: ToolCall) -> tuple[str, str]:
     return call.call_id, call.fingerprint
 
 
+class CallStarter(Protocol):
+    """What a pre-start needs of its executor: start calls now, abort some later.
+
+    The fan-out executor (``runtime/fanout/parallel.py``) is the one in
+    production; it makes its own pre-start and passes itself in.
+    """
+
+    def start(self, calls: Sequence[ToolCall], job: CallJob, registry: ToolRegistry) -> Pending:
+        """Start ``calls`` at once; return them as started, in order."""
+        ...
+
+    def discard(self, pending: Pending, keep: Callable[[ToolCall], bool]) -> Pending:
+        """Abort the calls of ``pending`` that ``keep`` rejects; return the kept ones."""
+        ...
+
+
 class PreStart:
     """The calls one provider turn started early.
 
     Args:
-        executor: the fan-out executor (it owns the pool and the tools queue).
+        executor: starts and aborts the calls (the fan-out executor: it owns
+            the pool and the tools queue).
         job / registry: where and with which tools the calls run.
     """
 
-    def __init__(self, executor: FanOutExecutor, job: CallJob, registry: ToolRegistry) -> None:
+    def __init__(self, executor: CallStarter, job: CallJob, registry: ToolRegistry) -> None:
         self._executor = executor
         self._job = job
         self._registry = registry

@@ -19,7 +19,7 @@ from nahida_workers.core.events import (
 from nahida_workers.core.loop import Finish
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.state import RunState
-from nahida_workers.runtime.channel import (
+from nahida_workers.runtime.observe.channel import (
     ChannelPolicy,
     EventSink,
     VisibleEvent,

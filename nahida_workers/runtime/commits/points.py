@@ -26,14 +26,14 @@ commit point        what it writes, in one fenced transaction
                     (the child's rows, so not under this session's fence)
 ``close_session``   ``sessions.status = done`` when no run is left to seal
 ``take_over`` /     the owner epoch bump with the durable crash counter, and the
-``hand_back``       clean hand-back (section 4; ``runtime/redelivery.py``)
+``hand_back``       clean hand-back (section 4; ``runtime/ownership/redelivery.py``)
 ==================  =============================================================
 
 Every transaction is fenced with the epoch bumped when the lease was taken,
 and a short ledger outage is ridden out without applying a commit twice
-(``runtime/outage.py``).  The run state learns only what committed.
+(``runtime/commits/outage.py``).  The run state learns only what committed.
 
-Child sessions (DESIGN.md section 8, ``runtime/children.py``): ``commit_turn``
+Child sessions (DESIGN.md section 8, ``runtime/children/spawn.py``): ``commit_turn``
 writes each Task call's child rows in its transaction; ``commit_results``
 adopts child outcomes (claiming the completions that woke the parent); a
 child's ``seal`` posts its completion to the parent in its transaction.
@@ -83,19 +83,19 @@ from nahida_workers.ports import (
     LedgerWriter,
     TxT,
 )
-from nahida_workers.runtime.calls import Execution
-from nahida_workers.runtime.child_close import (
+from nahida_workers.runtime.children.close import (
     close_children,
     post_completion,
     unfinished_children,
 )
-from nahida_workers.runtime.child_worktree import finish, prepare
-from nahida_workers.runtime.children import Spawner, completion_message, wake_outbox
-from nahida_workers.runtime.heartbeat import Heartbeat
-from nahida_workers.runtime.observe import Observer
-from nahida_workers.runtime.outage import commit_through_outage
-from nahida_workers.runtime.pause_points import pause_point
-from nahida_workers.runtime.resume import reopen
+from nahida_workers.runtime.children.resume import reopen
+from nahida_workers.runtime.children.spawn import Spawner, completion_message, wake_outbox
+from nahida_workers.runtime.children.worktree import finish, prepare
+from nahida_workers.runtime.commits.outage import commit_through_outage
+from nahida_workers.runtime.commits.pause_points import pause_point
+from nahida_workers.runtime.fanout.calls import Execution
+from nahida_workers.runtime.observe.observer import Observer
+from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
@@ -144,9 +144,9 @@ class Family:
         publish: publishes an outbox row after its commit (the dispatcher's
             path; an unpublished row is re-published by the sweeper).
         inbox_limits: the parent inbox's bounds a background child's
-            completion is posted under (``runtime/child_close.py``).
+            completion is posted under (``runtime/children/close.py``).
         worktree: this session's own worktree (``isolation: worktree``),
-            finished before its seal (``runtime/child_worktree.py``).
+            finished before its seal (``runtime/children/worktree.py``).
     """
 
     children: ChildLedger[Any]
@@ -510,7 +510,7 @@ class CommitPoints:
         """Section 8: re-queue a resumed ``child`` that is ``done`` with its prompt pending.
 
         The child's rows, not this session's: written without this owner's
-        fence.  ``key`` makes the outbox id stable (``runtime/resume.py``).
+        fence.  ``key`` makes the outbox id stable (``runtime/children/resume.py``).
 
         Raises:
             LedgerError: no child-session port; or the ledger refused the write.
