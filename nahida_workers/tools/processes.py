@@ -17,6 +17,11 @@ blocks ledger writes).  So:
   the bound passes.  With ``everything`` (the CLI process, which owns all of
   its children) it first becomes a child subreaper (Linux ``prctl``), so a
   grandchild orphaned by a kill is re-parented to us and found by the scan.
+* a tool thread whose command ended once the gate closed reports nothing
+  for :data:`HOLD_S` (:meth:`ChildProcesses.hold_if_stopping`): the process
+  is exiting (``os._exit``), and the kill must never be recorded as the
+  command's result -- also when a second Ctrl-C kills before any session is
+  fenced; recovery settles the call on resume.
 
 ``PROCESSES`` is the one registry of the process; tests make their own.
 """
@@ -36,7 +41,7 @@ from typing import Any
 
 from nahida_workers.errors import ToolError
 
-__all__ = ["PROCESSES", "STOPPING_CODE", "ChildProcesses", "descendants"]
+__all__ = ["HOLD_S", "PROCESSES", "STOPPING_CODE", "ChildProcesses", "descendants"]
 
 #: ToolError code of a command refused (or killed at birth) while stopping.
 STOPPING_CODE = "stopping"
@@ -46,6 +51,9 @@ SPAWN_WAIT_S = 0.5
 
 #: Seconds :meth:`ChildProcesses.stop_all` keeps re-scanning for live descendants.
 RESCAN_S = 1.0
+
+#: Seconds a tool thread holds its result once the gate closed (the CLI exits within it).
+HOLD_S = 30.0
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -109,8 +117,14 @@ class ChildProcesses:
         popen: the process factory (``subprocess.Popen``; a seam for tests).
     """
 
-    def __init__(self, *, popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen) -> None:
+    def __init__(
+        self,
+        *,
+        popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+        hold_s: float = HOLD_S,
+    ) -> None:
         self.popen = popen
+        self.hold_s = hold_s
         self._cond = threading.Condition(threading.RLock())  # RLock: a signal handler re-enters
         self._stopping = False
         self._spawning: set[int] = set()  # threads past the gate, not yet registered
@@ -164,6 +178,22 @@ class ChildProcesses:
                     stream.close()
             raise ToolError("killed at start: this process is stopping", code=STOPPING_CODE)
         return proc
+
+    def hold_if_stopping(self) -> None:
+        """Once :meth:`stop_all` began, block the calling tool thread, then refuse.
+
+        Its command was killed (or ended) because this process is stopping:
+        whatever it would report is not the command's outcome, and the
+        process exits within :attr:`hold_s` seconds, so nothing is recorded.
+
+        Raises:
+            ToolError: code ``stopping``, if the process is still alive after
+                :attr:`hold_s` seconds.
+        """
+        if not self._stopping:
+            return
+        time.sleep(self.hold_s)
+        raise ToolError("killed: this process is stopping", code=STOPPING_CODE)
 
     def forget(self, pid: int) -> None:
         """Drop ``pid`` from the registry (after the caller reaped it)."""
