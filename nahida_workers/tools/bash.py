@@ -186,7 +186,7 @@ class Bash(Tool):
             ToolError: code ``workspace_missing`` when the workspace is not a
                 directory; code ``stopping`` once the process is stopping (see
                 :mod:`nahida_workers.tools.processes`; also, after
-                a hold, when the command ended once it was stopping); code
+                a hold, when the process is exiting unfenced); code
                 ``sandbox_unavailable`` when no sandbox can be made and the
                 operator did not set ``NAHIDA_SANDBOX=none``.
         """
@@ -235,7 +235,7 @@ class Bash(Tool):
                 reader.join()
             proc.stdout.close()
             proc.stderr.close()
-        self._processes.hold_if_stopping()  # a kill by Ctrl-C is not the command's result
+        self._processes.hold_if_exiting()  # a kill by Ctrl-C is not the command's result
         duration_ms = int((time.monotonic() - started) * 1000)
         exit_code = returncode if ended == "exited" else None
         return self._outcome(command, ended, exit_code, timeout, out, err, duration_ms, ctx)

@@ -17,11 +17,12 @@ blocks ledger writes).  So:
   the bound passes.  With ``everything`` (the CLI process, which owns all of
   its children) it first becomes a child subreaper (Linux ``prctl``), so a
   grandchild orphaned by a kill is re-parented to us and found by the scan.
-* a tool thread whose command ended once the gate closed reports nothing
-  for :data:`HOLD_S` (:meth:`ChildProcesses.hold_if_stopping`): the process
-  is exiting (``os._exit``), and the kill must never be recorded as the
-  command's result -- also when a second Ctrl-C kills before any session is
-  fenced; recovery settles the call on resume.
+* a stop that no fence preceded (a second Ctrl-C: ``stop_all(hold=True)``,
+  then ``os._exit``) makes every tool thread whose command ended report
+  nothing for :data:`HOLD_S` (:meth:`ChildProcesses.hold_if_exiting`): the
+  kill must never be recorded as the command's result; recovery settles the
+  call on resume.  After a fenced stop the thread reports at once (its
+  commit is refused by the fence) so the embedded worker can shut down.
 
 ``PROCESSES`` is the one registry of the process; tests make their own.
 """
@@ -125,6 +126,7 @@ class ChildProcesses:
     ) -> None:
         self.popen = popen
         self.hold_s = hold_s
+        self._holding = False  # a stop_all(hold=True): the process exits unfenced
         self._cond = threading.Condition(threading.RLock())  # RLock: a signal handler re-enters
         self._stopping = False
         self._spawning: set[int] = set()  # threads past the gate, not yet registered
@@ -179,18 +181,19 @@ class ChildProcesses:
             raise ToolError("killed at start: this process is stopping", code=STOPPING_CODE)
         return proc
 
-    def hold_if_stopping(self) -> None:
-        """Once :meth:`stop_all` began, block the calling tool thread, then refuse.
+    def hold_if_exiting(self) -> None:
+        """After ``stop_all(hold=True)``, block the calling tool thread, then refuse.
 
-        Its command was killed (or ended) because this process is stopping:
-        whatever it would report is not the command's outcome, and the
-        process exits within :attr:`hold_s` seconds, so nothing is recorded.
+        Its command was killed (or ended) because this process is exiting
+        with no session fenced: whatever it would report is not the
+        command's outcome, and the process exits within :attr:`hold_s`
+        seconds, so nothing is recorded.
 
         Raises:
             ToolError: code ``stopping``, if the process is still alive after
                 :attr:`hold_s` seconds.
         """
-        if not self._stopping:
+        if not self._holding:
             return
         time.sleep(self.hold_s)
         raise ToolError("killed: this process is stopping", code=STOPPING_CODE)
@@ -204,6 +207,7 @@ class ChildProcesses:
         self,
         *,
         everything: bool = False,
+        hold: bool = False,
         spawn_wait_s: float = SPAWN_WAIT_S,
         rescan_s: float = RESCAN_S,
     ) -> int:
@@ -213,6 +217,9 @@ class ChildProcesses:
             everything: also kill every other descendant of this process (the
                 CLI, which owns all of its children); otherwise only the
                 registered children and their descendants.
+            hold: the process exits next with no session fenced: tool
+                threads hold what their killed commands would report
+                (:meth:`hold_if_exiting`).
             spawn_wait_s: seconds to wait for spawns already past the gate
                 (other threads'; the calling thread's own spawn cannot finish).
             rescan_s: seconds to keep re-scanning /proc for live descendants.
@@ -222,6 +229,7 @@ class ChildProcesses:
         me = threading.get_ident()
         with self._cond:
             self._stopping = True
+            self._holding = self._holding or hold  # before any kill: no thread reports it
             self._cond.wait_for(lambda: not (self._spawning - {me}), timeout=spawn_wait_s)
             registered = set(self._live)
         own_pid, own_group = os.getpid(), os.getpgrp()

@@ -185,10 +185,29 @@ def test_a_command_killed_by_the_stop_reports_no_result(ctx: ToolContext, marker
     thread = threading.Thread(target=call)
     thread.start()
     wait_for(lambda: marked_processes(marker), timeout=10, what="the command to start")
-    registry.stop_all()
+    registry.stop_all(hold=True)  # as a second Ctrl-C stops: no fence before, exit after
     killed_at = time.monotonic()
     thread.join(timeout=30)
     assert "outcome" not in box, box
     assert box["error"].code == STOPPING_CODE
     assert box["at"] - killed_at >= 0.9  # held: the CLI's os._exit comes well before
     assert marked_processes(marker) == []
+
+
+def test_after_a_fenced_stop_the_killed_command_reports_at_once(
+    ctx: ToolContext, marker: str
+) -> None:
+    """The timeout and the first Ctrl-C fence first: the thread returns (its commit
+    is refused) and the embedded worker can shut down without waiting."""
+    registry = ChildProcesses(hold_s=30.0)
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        box["outcome"] = Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_for(lambda: marked_processes(marker), timeout=10, what="the command to start")
+    registry.stop_all()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and box["outcome"].evidence["error_code"] == "nonzero_exit"
