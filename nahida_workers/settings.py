@@ -231,6 +231,11 @@ class Settings(BaseSettings):
     # exceed it, or an on-time fire can be recorded missed.
     schedule_tick_s: float = Field(5.0, gt=0)
 
+    # -- agent definitions (DESIGN.md section 8) --------------------------------
+    # Folder of agent definition files (*.yaml, *.md) merged into every job
+    # at submit time, relative to the current directory; empty = none.
+    agents_dir: str = "config/agents"
+
     # -- git worktrees (DESIGN.md section 8, case B22) --------------------------
     # Directory of session worktrees; empty = beside each repository, in
     # <repository parent>/.nahida-worktrees/<repository name>/<session id>.

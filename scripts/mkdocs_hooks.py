@@ -128,6 +128,8 @@ SECTION_OF = {
     "Limits": "`limits`",
     "CompletionContract": "`contract`",
     "AgentProfile": "`agents.NAME`",
+    "DelegationSpec": "`delegation`",
+    "VerificationSpec": "`verification`",
 }
 
 
@@ -213,13 +215,27 @@ def job_markdown() -> str:
     from pydantic import BaseModel
 
     from nahida_workers.core.events import CompletionContract
-    from nahida_workers.runtime.spec import AgentProfile, JobSpec, Limits, SessionSpec
+    from nahida_workers.runtime.spec import (
+        AgentProfile,
+        DelegationSpec,
+        JobSpec,
+        Limits,
+        SessionSpec,
+        VerificationSpec,
+    )
 
     sections: list[tuple[str, type[BaseModel], str, type[BaseModel] | None]] = [
         ("The job", JobSpec, "Top-level keys of a job file.", SessionSpec),
         ("`limits`", Limits, "Bounds of one run.", None),
         ("`contract`", CompletionContract, "What a run must prove before `completed`.", None),
         ("`agents.NAME`", AgentProfile, "A profile the `Task` tool may start.", None),
+        ("`delegation`", DelegationSpec, "What the job requires or forbids of `Task`.", None),
+        (
+            "`verification`",
+            VerificationSpec,
+            "The independent verification gate and the reserved verifier.",
+            None,
+        ),
     ]
     out = [JOB_INTRO]
     for title, model, summary, docs_from in sections:

@@ -37,6 +37,7 @@ from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.ledger.children import child_ledger
+from nahida_workers.runtime.agents.discover import with_agents
 from nahida_workers.runtime.dispatch.dispatcher import provider_labels
 from nahida_workers.runtime.dispatch.preflight import check_spec
 from nahida_workers.runtime.spec import JobSpec, validation_summary
@@ -256,6 +257,11 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
     check_inline_scripts(spec)  # before anything reads a script: no file is opened here
     check_job_policy(spec, fleet.settings)  # stop hooks, key variables, base URLs
     workspace = allowed_workspace(body.workspace, fleet.settings.api_workspace_root_paths)
+    # Agent definitions from the config folder (and the workspace's, if the job
+    # trusts it) join the job's; they pass the same checks as the job's own.
+    spec = with_agents(spec, settings=fleet.settings, workspace=workspace)
+    check_inline_scripts(spec)
+    check_job_policy(spec, fleet.settings)
     check_spec(spec, fleet.settings)  # tools, provider and script, as `nahida batch` checks
     provider, model = provider_labels(spec)
     delivered = True

@@ -28,9 +28,14 @@ __all__ = ["allowed_workspace", "check_inline_scripts", "known_query_only"]
 
 
 def provider_mappings(spec: SessionSpec) -> Iterator[tuple[str, Any]]:
-    """``(field path, provider mapping)`` for the job's provider, its fallbacks, its agents'."""
+    """``(field path, mapping)`` of the job's providers: its own, fallbacks, agents', verifier's."""
     todo: list[tuple[str, Any]] = [("job.provider", spec.provider)]
     todo += [(f"job.agents.{name}.provider", p.provider) for name, p in spec.agents.items()]
+    todo.append(("job.verification.provider", spec.verification.provider))
+    todo += [
+        (f"job.verification.next_providers.{i}", p)
+        for i, p in enumerate(spec.verification.next_providers)
+    ]
     while todo:
         where, provider = todo.pop(0)
         if not isinstance(provider, Mapping):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +40,7 @@ from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
+from nahida_workers.runtime.agents.discover import with_agents
 from nahida_workers.runtime.commits.outage import read_through_outage
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher, PublishDeferred, RecordOnlyQueue
 from nahida_workers.runtime.dispatch.preflight import check_spec
@@ -70,18 +71,39 @@ class BatchOptions:
     resume: str | None
 
 
-def _validate(spec: SessionSpec, settings: Settings) -> None:
+def _validate(
+    spec: SessionSpec, settings: Settings, repos: Sequence[Path] = ()
+) -> dict[Path, SessionSpec]:
     """Build the provider and the tools once: a config error stops here (exit 2).
 
     A scripted provider whose turns call a tool the job does not offer (a
     typo like ``Glb``) is the same usage error as an unknown tool in the
     tools list (``runtime/dispatch/preflight.py``, shared with schedules and the API).
+    The config folder's agent definitions, and each repository's when the
+    job trusts its workspace, are merged in and checked here too
+    (``runtime/agents/discover.py``).
+
+    Returns:
+        The session spec of each repository.
 
     Raises:
         ConfigError: an unknown tool, an invalid provider, a script calling a
-            tool that is not offered.
+            tool that is not offered, a broken agent definition (naming its file).
     """
-    check_spec(spec, settings)
+    if not spec.trust_workspace:
+        base = with_agents(spec, settings=settings)
+        check_spec(base, settings)
+        return {path: base for path in repos}
+    # Each repository may define the agents its script starts: check each merge.
+    specs: dict[Path, SessionSpec] = {}
+    checked: list[SessionSpec] = []
+    for path in repos:
+        merged = with_agents(spec, settings=settings, workspace=path)
+        if merged not in checked:
+            check_spec(merged, settings)
+            checked.append(merged)
+        specs[path] = merged
+    return specs
 
 
 def batch_spec(options: BatchOptions) -> dict[str, Any]:
@@ -124,8 +146,7 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     from nahida_workers.celery import CeleryTaskQueue, embedded_worker, make_celery
     from nahida_workers.worker_secrets import scrub_process_environment
 
-    session_spec = options.job.session_spec()
-    _validate(session_spec, settings)
+    specs = _validate(options.job.session_spec(), settings, options.repos)
     celery_app = make_celery(settings)
     fleet = build_fleet(settings, CeleryTaskQueue(celery_app), migrate=True)
     started = datetime.now(UTC)
@@ -139,7 +160,7 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
         )
 
     def work() -> int:
-        deferred = _dispatch_all(fleet, session_spec, options, batch_id, settings)
+        deferred = _dispatch_all(fleet, specs, options, batch_id, settings)
         if deferred:
             return _recorded(fleet, batch_id, deferred, settings, console)
         return _wait(
@@ -198,7 +219,11 @@ def _open_batch(fleet: Fleet, options: BatchOptions, settings: Settings) -> str:
 
 
 def _dispatch_all(
-    fleet: Fleet, spec: SessionSpec, options: BatchOptions, batch_id: str, settings: Settings
+    fleet: Fleet,
+    specs: dict[Path, SessionSpec],
+    options: BatchOptions,
+    batch_id: str,
+    settings: Settings,
 ) -> int:
     """Record and publish a session per repository; returns how many wait for the broker.
 
@@ -212,7 +237,7 @@ def _dispatch_all(
         def submit(dispatcher: Dispatcher = dispatcher, path: Path = path) -> Any:
             # Idempotent by its key: a retry after an outage finds the session.
             return dispatcher.submit_all(
-                spec, [str(path)], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+                specs[path], [str(path)], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
             )[0]
 
         try:

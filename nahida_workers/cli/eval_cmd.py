@@ -22,19 +22,24 @@ __all__ = ["eval_command", "eval_table"]
 
 
 def eval_table(report: EvalReport) -> Table:
-    """One row per session: expected vs actual state/reason, provider calls, ok/MISMATCH."""
+    """One row per session: expected vs actual state/reason, provider calls, verifiers, result."""
     table = Table(title="evaluation set")
-    for column in ("name", "category", "expected", "actual", "provider calls", "result"):
-        table.add_column(column, justify="right" if column == "provider calls" else "left")
+    columns = ("name", "category", "expected", "actual", "provider calls", "verifiers", "result")
+    for column in columns:
+        table.add_column(column, justify="right" if column in columns[4:6] else "left")
     for row in report.rows:
         expect = row.case.expect
         calls = str(row.calls) if row.calls_ok else f"{row.calls} (expected {expect.calls})"
+        verifiers = str(row.verifiers)
+        if not row.verifiers_ok:
+            verifiers += f" (expected {row.case.verifiers})"
         table.add_row(
             row.case.name,
             row.case.category,
             f"{expect.state.value}/{expect.reason.value}",
             f"{row.state}/{row.reason}",
             calls,
+            verifiers,
             "ok" if row.ok else "[red]MISMATCH[/red]",
         )
     return table

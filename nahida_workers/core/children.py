@@ -76,11 +76,23 @@ class TaskRequest:
     mode: TaskMode = TaskMode.FOREGROUND
     isolation: TaskIsolation = TaskIsolation.SHARED
     resume: str | None = None
+    area: str | None = None
 
 
-def task_schema(agents: Sequence[str]) -> ToolSchema:
-    """The Task tool as offered to the model; ``agents``: the job's profile names."""
-    return ToolSchema(
+#: The reserved agent only the runtime starts (``core/policy/verification.py``).
+_RESERVED = "verifier"
+_ARGUMENTS = {"description", "prompt", "agent", "mode", "isolation", "resume", "area"}
+
+
+def task_schema(agents: Sequence[str], *, areas: Sequence[str] | None = None) -> ToolSchema:
+    """The Task tool as offered to the model.
+
+    Args:
+        agents: the profile names a call may start.
+        areas: the job's delegation areas (``core/policy/delegation.py``):
+            each call names one (``area``); None: no area argument.
+    """
+    schema = ToolSchema(
         name=TASK_TOOL,
         description=(
             "Start a child agent session on a sub-task and get its final answer as this "
@@ -100,9 +112,30 @@ def task_schema(agents: Sequence[str]) -> ToolSchema:
             "additionalProperties": False,
         },
     )
+    if not areas:
+        return schema
+    properties = {
+        **schema.input_schema["properties"],
+        "area": {
+            "type": "string",
+            "enum": list(areas),
+            "description": "The area of the job this call covers (exactly one call per area).",
+        },
+    }
+    return schema.model_copy(
+        update={
+            "input_schema": {
+                **schema.input_schema,
+                "properties": properties,
+                "required": ["description", "prompt", "agent", "area"],
+            }
+        }
+    )
 
 
-def parse_task(call: ToolCall, agents: Sequence[str]) -> TaskRequest | str:
+def parse_task(
+    call: ToolCall, agents: Sequence[str], *, areas: Sequence[str] | None = None
+) -> TaskRequest | str:
     """The call's :class:`TaskRequest`, or the error text the model sees.
 
     ``resume`` must name a child of this session (checked by the runtime,
@@ -112,12 +145,17 @@ def parse_task(call: ToolCall, agents: Sequence[str]) -> TaskRequest | str:
     if call.arguments_error is not None:
         return f"Task arguments are not a JSON object: {call.arguments_error}"
     args: Mapping[str, Any] = call.arguments
-    unknown = sorted(set(args) - {"description", "prompt", "agent", "mode", "isolation", "resume"})
+    unknown = sorted(set(args) - _ARGUMENTS)
     if unknown:
         return f"Task: unknown argument(s) {unknown}"
     for name in ("description", "prompt", "agent"):
         if not isinstance(args.get(name), str) or not args[name].strip():
             return f"Task: {name!r} must be a non-empty string"
+    if args["agent"] == _RESERVED:
+        return "Task: the 'verifier' agent is reserved: the runtime starts it itself"
+    area = args.get("area")
+    if area is not None and (not areas or area not in areas):
+        return f"Task: unknown area {area!r}; the job's areas: {list(areas or ())}"
     if args["agent"] not in agents:
         return f"Task: unknown agent {args['agent']!r}; known: {sorted(agents)}"
     try:
@@ -130,7 +168,9 @@ def parse_task(call: ToolCall, agents: Sequence[str]) -> TaskRequest | str:
         return "Task: 'resume' must be a child session id"
     if resume is not None:
         mode = TaskMode.FOREGROUND  # a resumed call is waited on like a foreground one
-    return TaskRequest(args["description"], args["prompt"], args["agent"], mode, isolation, resume)
+    return TaskRequest(
+        args["description"], args["prompt"], args["agent"], mode, isolation, resume, area
+    )
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,17 @@ __all__ = [
     "BoundControl",
     "ControlShape",
     "CorrectionControl",
+    "GoalControl",
+    "HandoverControl",
+    "LeaseControl",
     "ParkedControl",
     "RecoveryControl",
     "RepairControl",
     "StopHookControl",
     "TruncationControl",
+    "VerifierStartedControl",
+    "VerifierVerdictControl",
+    "WorkspaceBaseControl",
 ]
 
 #: A string, or the ledger's capped record of a large one (``ledger/rules.py``).
@@ -77,12 +83,39 @@ class StopHookControl(ControlShape):
 
 
 class RecoveryControl(ControlShape):
-    """``recovery``: what a new owner (``epoch``) found open and how it settled it (section 3)."""
+    """``recovery``: what a new owner (``epoch``) found open and how it settled it (section 3).
+
+    ``resumed``: calls the previous owner handed over unstarted (``core/handover.py``),
+    left pending to run now.
+    """
 
     epoch: int
     rebuilt: list[str] = []
     rerun: list[str] = []
     closed: list[str] = []
+    resumed: list[str] = []
+
+
+class LeaseControl(ControlShape):
+    """``lease``: the owner at ``epoch`` re-took its lease, or lost it (section 4).
+
+    ``event`` is ``retaken`` or ``lost``; ``reason`` names why (``core/handover.py``).
+    """
+
+    event: str
+    reason: str
+    epoch: int
+
+
+class HandoverControl(ControlShape):
+    """``handover``: the owner at ``epoch`` stopped at a boundary and handed the session on.
+
+    ``unstarted`` are the committed calls it never started (section 8, shutdown).
+    """
+
+    reason: str
+    epoch: int
+    unstarted: list[str] = []
 
 
 class ParkedControl(ControlShape):
@@ -95,6 +128,49 @@ class ParkedControl(ControlShape):
     calls: list[str]
 
 
+class WorkspaceBaseControl(ControlShape):
+    """``workspace_base``: the commit the session's diff is taken against (section 6).
+
+    ``commit`` is None when the workspace is not a git repository (or has no commit).
+    """
+
+    commit: str | None = None
+
+
+class VerifierStartedControl(ControlShape):
+    """``verifier_started``: a verifier child judges candidate ``candidate`` (section 6).
+
+    ``purpose`` is ``gate`` or ``goal``; ``revision`` the run's mutation
+    revision the verdict will hold for; ``triggers`` why the gate asked.
+    """
+
+    child: str
+    purpose: str
+    revision: int
+    candidate: int | None = None
+    triggers: list[str] = []
+    goal: str | None = None
+
+
+class VerifierVerdictControl(ControlShape):
+    """``verifier_verdict``: the verifier's verdict, parsed strictly (anything else is FAIL)."""
+
+    child: str
+    purpose: str
+    revision: int
+    verdict: str
+    reasons: list[_Text] = []
+    malformed: bool = False
+    goal: str | None = None
+
+
+class GoalControl(ControlShape):
+    """``goal``: a goal's transition ``from`` -> ``to`` (``core/policy/goals.py``)."""
+
+    goal: str
+    to: str
+
+
 #: The shape of each known control ``kind``.
 CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "correction": CorrectionControl,
@@ -104,4 +180,10 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "stop_hook": StopHookControl,
     "recovery": RecoveryControl,
     "parked": ParkedControl,
+    "lease": LeaseControl,
+    "handover": HandoverControl,
+    "workspace_base": WorkspaceBaseControl,
+    "verifier_started": VerifierStartedControl,
+    "verifier_verdict": VerifierVerdictControl,
+    "goal": GoalControl,
 }

@@ -96,6 +96,10 @@ class ReasonCode(StrEnum):
     INVALID_CONFIG = "invalid_config"
     WORKTREE_UNAVAILABLE = "worktree_unavailable"  # no git worktree for the session (case B22)
     CHILDREN_UNFINISHED = "children_unfinished"  # answered while background children still run
+    DELEGATION_CONTRACT_BROKEN = "delegation_contract_broken"  # the job's delegation rule
+    VERIFIER_REJECTED = "verifier_rejected"  # no fresh verifier PASS for the changes
+    GOAL_INCOMPLETE = "goal_incomplete"  # a goal never claimed complete
+    GOAL_REJECTED = "goal_rejected"  # the verifier kept rejecting the goal
     INTERNAL_ERROR = "internal_error"
 
 

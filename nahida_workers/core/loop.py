@@ -60,13 +60,24 @@ from nahida_workers.core.policy import (
     PolicyLimits,
     RunStopHooks,
     Settle,
+    StartVerifier,
     evaluate_candidate,
 )
+from nahida_workers.core.policy.delegation import DelegationContract
+from nahida_workers.core.policy.verification import GatePolicy, VerifierView, workspace_base
 from nahida_workers.core.state import RunState
 from nahida_workers.core.transcript import Projection
+from nahida_workers.core.verifier_steps import (
+    AdoptVerdict,
+    RecordBase,
+    StartVerification,
+    needs_base,
+    verifier_step,
+)
 
 __all__ = [
     "AdoptChildren",
+    "AdoptVerdict",
     "CallProvider",
     "CallResult",
     "ClaimInbox",
@@ -76,9 +87,11 @@ __all__ = [
     "LoopConfig",
     "Park",
     "Persist",
+    "RecordBase",
     "RunBatch",
     "RunHooks",
     "Signals",
+    "StartVerification",
     "decide",
     "final_text_for",
     "result_events",
@@ -104,6 +117,16 @@ class LoopConfig:
         policy: correction bounds of the completion pipeline.
         bounds: loop bounds (repeats, failures, truncation, token budget).
         stop_hooks: the session has stop hooks (the runtime runs them).
+        delegation: the job's delegation contract (``core/policy/delegation.py``).
+        gate: when the independent verification gate triggers.
+        subagent: the session is a child session (the gate skips it).
+        task_available: the session may start child sessions.
+        goal: the job's ``goal:`` (``core/policy/goals.py``).
+        may_write: tool name -> it may change the workspace (the base commit
+            is recorded before the first such call, ``core/verifier_steps.py``).
+        records_base: the session may need a verifier's diff: record the base.
+        base_at_start: record it before the first provider call (a session
+            with a goal: its children, not only itself, may do the work).
     """
 
     system_prompt: str | None = None
@@ -118,6 +141,14 @@ class LoopConfig:
     policy: PolicyLimits = field(default_factory=PolicyLimits)
     bounds: BoundLimits = field(default_factory=BoundLimits)
     stop_hooks: bool = False
+    delegation: DelegationContract = field(default_factory=DelegationContract)
+    gate: GatePolicy = field(default_factory=GatePolicy)
+    subagent: bool = False
+    task_available: bool = False
+    goal: str | None = None
+    may_write: Callable[[str], bool] = field(default=lambda _name: False)
+    records_base: bool = False
+    base_at_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,6 +166,8 @@ class Signals:
             ended (background ones); a ``completed`` verdict becomes
             ``incomplete/children_unfinished`` while any is left, unless the
             contract allows it.
+        verifier: what became of the pending verifier child
+            (``core/verifier_steps.py``); read only when one is pending.
     """
 
     now: datetime
@@ -143,6 +176,7 @@ class Signals:
     pending_steering: int = 0
     children: Mapping[str, ChildView] = field(default_factory=dict)
     unfinished_children: tuple[str, ...] = ()
+    verifier: VerifierView | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +233,18 @@ class Done:
 
 
 Decision = (
-    CallProvider | RunBatch | Persist | Finish | RunHooks | ClaimInbox | Done | Park | AdoptChildren
+    CallProvider
+    | RunBatch
+    | Persist
+    | Finish
+    | RunHooks
+    | ClaimInbox
+    | Done
+    | Park
+    | AdoptChildren
+    | RecordBase
+    | StartVerification
+    | AdoptVerdict
 )
 
 
@@ -265,7 +310,13 @@ def decide(state: RunState, config: LoopConfig, signals: Signals) -> Decision:
         allowed = calls_within_bound(state, pending, config.bounds)
         if allowed == 0:
             return Persist(refusal_events(state, pending, now=signals.now))
-        return RunBatch(plan_batches(pending[:allowed], config.may_fan_out)[0])
+        batch = plan_batches(pending[:allowed], config.may_fan_out)[0]
+        if config.records_base and needs_base(state, batch.calls, config.may_write):
+            return RecordBase()
+        return RunBatch(batch)
+    verifying = verifier_step(state, signals.verifier)  # a verifier child (section 6)
+    if verifying is not None:
+        return verifying
     last = state.last_of(EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT)
     if (
         last is not None
@@ -322,6 +373,8 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
         )
     if signals.pending_steering > 0:  # a provider boundary with every call answered
         return ClaimInbox()
+    if config.records_base and config.base_at_start and not workspace_base(state)[0]:
+        return RecordBase()
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,
@@ -337,15 +390,29 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
 
 
 def _prompt(
-    state: RunState, signals: Signals, control: dict[str, Any], text: str, source: str
+    state: RunState,
+    signals: Signals,
+    control: dict[str, Any],
+    text: str,
+    source: str,
+    *,
+    before: Sequence[Mapping[str, Any]] = (),
 ) -> Persist:
-    """A control event and the user input it injects, committed together."""
+    """A control event and the user input it injects, committed together.
+
+    ``before``: more control payloads committed first (a goal's transition).
+    """
+    n = len(before)
     return Persist(
         (
-            _event(state, 0, EventType.CONTROL, control, signals.now),
+            *(
+                _event(state, i, EventType.CONTROL, dict(c), signals.now)
+                for i, c in enumerate(before)
+            ),
+            _event(state, n, EventType.CONTROL, control, signals.now),
             _event(
                 state,
-                1,
+                n + 1,
                 EventType.USER_INPUT,
                 {"text": text, "source": source, "message_id": None},
                 signals.now,
@@ -410,6 +477,11 @@ def _judge_candidate(
             limits=config.policy,
             pending_steering=signals.pending_steering,
             stop_hooks=config.stop_hooks,
+            delegation=config.delegation,
+            gate=config.gate,
+            subagent=config.subagent,
+            task_available=config.task_available,
+            goal=config.goal,
         )
     )
     answer = str(candidate.payload.get("text", ""))
@@ -420,6 +492,15 @@ def _judge_candidate(
             return ClaimInbox()
         case RunStopHooks():
             return RunHooks(action.candidate_seq, answer)
+        case StartVerifier():
+            return StartVerification(
+                action.purpose,
+                action.candidate_seq,
+                action.revision,
+                action.triggers,
+                action.controls,
+                action.goal,
+            )
         case Correct():
             if state.turns >= config.max_steps:
                 return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
@@ -429,6 +510,7 @@ def _judge_candidate(
                 {"kind": "correction", "stage": action.stage},
                 action.text,
                 "correction",
+                before=action.controls,
             )
         case _:  # Accept never leaves evaluate_candidate
             raise AssertionError(f"unexpected policy action {action!r}")

@@ -67,6 +67,7 @@ class RunState:
     compaction: Compactor | None = field(default=None, repr=False)
     _last_turn_calls: list[str] = field(default_factory=list)
     _unanswered: dict[str, None] = field(default_factory=dict, repr=False)
+    _controls: dict[str, list[Event]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_ledger(
@@ -132,6 +133,8 @@ class RunState:
             return
         elif event.type is EventType.TERMINAL:
             self.terminal = event
+        elif event.type is EventType.CONTROL:
+            self._controls.setdefault(str(event.payload.get("kind")), []).append(event)
         self.tallies.fold(event, self.calls, self.call_turn, self.results)
 
     def apply_receipt(self, receipt: ExecutionReceipt) -> None:
@@ -141,6 +144,10 @@ class RunState:
     def pending_calls(self) -> list[ToolCall]:
         """Committed calls without a committed result, in provider order."""
         return [self.calls[cid] for cid in self._unanswered]
+
+    def controls_of(self, kind: str) -> list[Event]:
+        """This run's ``control`` events of ``kind``, in order (folded: no scan of the run)."""
+        return list(self._controls.get(kind, ()))
 
     def last_of(self, *types: EventType) -> Event | None:
         """The latest committed event of one of ``types``."""

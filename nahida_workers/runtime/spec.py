@@ -9,117 +9,107 @@ changes a session already queued or running.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nahida_workers.core.bounds import BoundLimits
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
+from nahida_workers.core.policy.delegation import DelegationContract, DelegationMode
+from nahida_workers.core.policy.goals import GOAL_TOOL
+from nahida_workers.core.policy.verification import (
+    DEFAULT_HIGH_RISK,
+    DEFAULT_NOT_IMPLEMENTATION,
+    GatePolicy,
+)
 from nahida_workers.errors import ConfigError
+from nahida_workers.runtime.agents.builtin import (
+    RESERVED_AGENTS,
+    builtin_profiles,
+    verifier_profile,
+)
 from nahida_workers.runtime.observe.channel import ChannelPolicy
+from nahida_workers.runtime.profiles import DEFAULT_TOOLS, AgentProfile, Limits, ParentClose
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
     "DEFAULT_TOOLS",
     "AgentProfile",
+    "DelegationSpec",
     "JobSpec",
     "Limits",
     "ParentClose",
     "SessionSpec",
+    "VerificationSpec",
     "bound_limits",
     "load_job",
     "policy_limits",
     "validation_summary",
 ]
 
-#: Tools a job gets when it names none.
-DEFAULT_TOOLS = ("Read", "Glob", "Grep", "LS", "Bash", "Write", "Edit")
-
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Limits(_Spec):
-    """Bounds of one run (DESIGN.md section 6).
+class DelegationSpec(_Spec):
+    """A job's delegation contract (``core/policy/delegation.py``, DESIGN.md section 6).
 
     Attributes:
-        max_steps: provider turns before ``incomplete/max_steps``.
-        wall_clock_budget_s: seconds of run time before ``incomplete/budget_exhausted``.
-        max_output_tokens: cap per provider reply, in tokens.
-        context_budget_tokens: the transcript sent to the provider is compacted
-            to about this many tokens (None: never compact).
-        tool_output_max_bytes: cap on one tool result the model sees, in bytes.
-        bash_timeout_s: default Bash timeout, in seconds.
-        token_budget: provider-reported tokens (input + output) before
-            ``incomplete/budget_exhausted``.
-        repeated_text_at / action_prompt_at / action_stop_at /
-        tool_failure_hint_at / truncation_recoveries: the loop bounds of
-            DESIGN.md section 6 (see ``core/bounds.py``).
-        *_corrections / stop_hook_continuations: how many extra turns each
-            completion stage may ask for (see ``core/policy``).
-        stop_hook_timeout_s: seconds a stop hook may take before it counts as
-            "allow".
+        mode: ``free`` (default), ``require`` or ``forbid``.
+        areas: with ``require``: exactly one Task call per area (the call's
+            ``area`` argument).
+        worktree_only: with ``require``: changes only in worktree children.
     """
 
-    max_steps: int = Field(50, ge=1)
-    wall_clock_budget_s: float = Field(3600.0, gt=0)
-    max_output_tokens: int | None = Field(None, ge=1)
-    context_budget_tokens: int | None = Field(120_000, ge=1000)
-    tool_output_max_bytes: int = Field(64 * 1024, ge=1024)
-    bash_timeout_s: float = Field(120.0, gt=0)
-    token_budget: int | None = Field(None, ge=1)
-    repeated_text_at: int = Field(3, ge=2)
-    action_prompt_at: int = Field(8, ge=2)
-    action_stop_at: int = Field(16, ge=2)
-    tool_failure_hint_at: int = Field(3, ge=1)
-    truncation_recoveries: int = Field(3, ge=0)
-    evidence_corrections: int = Field(1, ge=0)
-    intent_corrections: int = Field(2, ge=0)
-    structured_corrections: int = Field(2, ge=0)
-    verification_corrections: int = Field(1, ge=0)
-    stop_hook_continuations: int = Field(3, ge=0)
-    stop_hook_timeout_s: float = Field(10.0, gt=0)
+    mode: DelegationMode = DelegationMode.FREE
+    areas: tuple[str, ...] = ()
+    worktree_only: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DelegationSpec:
+        if (self.areas or self.worktree_only) and self.mode is not DelegationMode.REQUIRE:
+            raise ValueError("areas and worktree_only need mode: require")
+        if len(set(self.areas)) != len(self.areas) or not all(a.strip() for a in self.areas):
+            raise ValueError("areas must be distinct, non-empty names")
+        return self
 
 
-class ParentClose(StrEnum):
-    """What happens to a child still running when its parent ends (Temporal's ParentClosePolicy).
-
-    ``cancel``: the parent's seal requests the child's cancel (and re-dispatches
-    it so a parked child can seal ``cancelled``); ``abandon``: the child keeps
-    running.  DESIGN.md section 8.
-    """
-
-    CANCEL = "cancel"
-    ABANDON = "abandon"
-
-
-class AgentProfile(_Spec):
-    """A child agent a job's ``Task`` tool may start (DESIGN.md section 8).
-
-    A child's config snapshot is this profile plus the Task call's prompt
-    (:meth:`SessionSpec.child_spec`).
+class VerificationSpec(_Spec):
+    """The independent verification gate and the verifier (DESIGN.md section 6).
 
     Attributes:
-        system_prompt / provider / tools / tool_choice / contract / limits:
-            as in :class:`SessionSpec`, for the child.
-        parent_close: what the parent's end does to this child if it still
-            runs (:class:`ParentClose`; default ``cancel``).
-        network: the child's commands may use the network (default: none).
+        provider: the provider config the reserved verifier runs on (None:
+            the job's own provider).
+        next_providers: the providers of the session's 2nd, 3rd ...
+            verifier (the last one repeats), e.g. a second opinion from
+            another model after a FAIL.
+        min_files: implementation files changed that trigger the gate.
+        high_risk_paths: gitignore-style globs whose change triggers it
+            (CI config, migrations, lockfiles, secrets by default).
+        not_implementation_paths: changed files that do not count as
+            implementation (documentation by default).
     """
 
-    system_prompt: str | None = None
-    provider: dict[str, Any] = Field(default_factory=lambda: {"kind": "scripted"})
-    tools: tuple[str, ...] = DEFAULT_TOOLS
-    tool_choice: ToolChoice = ToolChoice.AUTO
-    contract: CompletionContract = Field(default_factory=CompletionContract)
-    limits: Limits = Field(default_factory=Limits)
-    parent_close: ParentClose = ParentClose.CANCEL
-    network: bool = False
+    provider: dict[str, Any] | None = None
+    next_providers: tuple[dict[str, Any], ...] = ()
+    min_files: int = Field(3, ge=1)
+    high_risk_paths: tuple[str, ...] = DEFAULT_HIGH_RISK
+    not_implementation_paths: tuple[str, ...] = DEFAULT_NOT_IMPLEMENTATION
+
+    def provider_for(self, attempt: int) -> dict[str, Any] | None:
+        """The provider of the session's verifier number ``attempt`` (1-based)."""
+        if attempt <= 1 or not self.next_providers:
+            return self.provider
+        return self.next_providers[min(attempt - 2, len(self.next_providers) - 1)]
+
+    def gate(self) -> GatePolicy:
+        """The pure gate policy of this spec."""
+        return GatePolicy(self.min_files, self.high_risk_paths, self.not_implementation_paths)
 
 
 class SessionSpec(_Spec):
@@ -138,11 +128,21 @@ class SessionSpec(_Spec):
         stop_hooks: names of stop hooks the operator registered (see
             ``runtime/ownership/hooks.py`` and ``nahida_workers/plugins.py``).
         channel: which user-visible events watchers see (``runtime/observe/channel.py``).
-        agents: profiles the ``Task`` tool may start, by name (DESIGN.md section 8).
+        agents: profiles the ``Task`` tool may start, by name (DESIGN.md
+            section 8); the built-in ``general`` and ``explore`` are always
+            there unless the job defines those names itself, and ``verifier``
+            is reserved (``runtime/agents/builtin.py``).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
         network: Bash's sandbox keeps the network (``--share-net``); default
             False: no network at all (docs/security.md).
+        goal: the session's goal, active from the start: it completes only
+            through a verifier's PASS (``core/policy/goals.py``).
+        delegation: the delegation contract (:class:`DelegationSpec`).
+        verification: the independent verification gate and the verifier's
+            provider (:class:`VerificationSpec`).
+        trust_workspace: read agent definitions from the workspace's
+            ``.nahida/agents/`` at submit time (``runtime/agents/discover.py``).
     """
 
     prompt: str
@@ -155,9 +155,39 @@ class SessionSpec(_Spec):
     limits: Limits = Field(default_factory=Limits)
     stop_hooks: tuple[str, ...] = ()
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
-    agents: dict[str, AgentProfile] = Field(default_factory=dict)
+    agents: dict[str, AgentProfile] = Field(default_factory=dict, validate_default=True)
     parent_close: ParentClose = ParentClose.CANCEL
     network: bool = False
+    goal: str | None = None
+    delegation: DelegationSpec = Field(default_factory=DelegationSpec)
+    verification: VerificationSpec = Field(default_factory=VerificationSpec)
+    trust_workspace: bool = False
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _with_builtins(cls, value: Any) -> Any:
+        """The built-in agents join the job's own; a reserved name is refused."""
+        if not isinstance(value, dict):
+            return value  # the field's own validation reports it
+        reserved = sorted(RESERVED_AGENTS & set(value))
+        if reserved:
+            raise ValueError(
+                f"agent name {reserved[0]!r} is reserved: the runtime starts it itself"
+            )
+        return {**builtin_profiles(), **value}
+
+    @model_validator(mode="after")
+    def _delegation_fits_tools(self) -> SessionSpec:
+        mode = self.delegation.mode
+        if mode is DelegationMode.FORBID and TASK_TOOL in self.tools:
+            raise ValueError("delegation: forbid contradicts offering the Task tool")
+        if mode is DelegationMode.REQUIRE and TASK_TOOL not in self.tools:
+            raise ValueError("delegation: require needs the Task tool in tools")
+        return self
+
+    def may_verify(self) -> bool:
+        """Whether a session of this spec may start a verifier (Task offered, or a goal)."""
+        return TASK_TOOL in self.tools or self.goal is not None or GOAL_TOOL in self.tools
 
     def labels(self) -> tuple[str, str]:
         """``(provider name, model)`` recorded on every run of the session.
@@ -174,24 +204,53 @@ class SessionSpec(_Spec):
         """The config snapshot of a child started with ``agent``'s profile on ``prompt``.
 
         The child inherits the profiles, so it may start children of its own
-        (the depth limit bounds the tree).
+        (the depth limit bounds the tree).  A profile's ``null`` provider,
+        tools or limits are this session's own (the built-in ``general``).
 
         Raises:
-            KeyError: no such profile.
+            KeyError: no such profile (``verifier`` is never one).
         """
-        profile = self.agents[agent]
+        return self._spec_of(self.agents[agent], prompt)
+
+    def verifier_spec(self, prompt: str, attempt: int = 1) -> SessionSpec:
+        """The config snapshot of this session's verifier number ``attempt`` (1-based).
+
+        Read-only tools, the verdict as its required structured output, the
+        provider of ``verification`` (the job's own by default).
+        """
+        profile = verifier_profile(self.verification.provider_for(attempt))
+        return self._spec_of(profile, prompt).model_copy(update={"agents": builtin_profiles()})
+
+    def _spec_of(self, profile: AgentProfile, prompt: str) -> SessionSpec:
         return SessionSpec(
             prompt=prompt,
             system_prompt=profile.system_prompt,
-            provider=profile.provider,
-            tools=profile.tools,
+            provider=profile.provider if profile.provider is not None else self.provider,
+            tools=profile.tools if profile.tools is not None else self.tools,
             tool_choice=profile.tool_choice,
             contract=profile.contract,
-            limits=profile.limits,
+            limits=profile.limits if profile.limits is not None else self.limits,
             channel=self.channel,
             agents=self.agents,
             parent_close=profile.parent_close,
             network=profile.network,
+        )
+
+    def delegation_contract(self) -> DelegationContract:
+        """The pure delegation contract of this spec (read-only agents named)."""
+        read_only = frozenset(
+            name
+            for name in self.agents
+            if not (
+                {"Write", "Edit", "Bash", TASK_TOOL}
+                & set(self._spec_of(self.agents[name], "-").tools)
+            )
+        )
+        return DelegationContract(
+            self.delegation.mode,
+            self.delegation.areas,
+            self.delegation.worktree_only,
+            read_only,
         )
 
 
@@ -255,6 +314,9 @@ def policy_limits(limits: Limits) -> PolicyLimits:
         structured_corrections=limits.structured_corrections,
         verification_corrections=limits.verification_corrections,
         stop_hook_continuations=limits.stop_hook_continuations,
+        delegation_corrections=limits.delegation_corrections,
+        independent_corrections=limits.independent_corrections,
+        goal_corrections=limits.goal_corrections,
     )
 
 

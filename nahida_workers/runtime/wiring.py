@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nahida_workers.core.lineage import ChildLimits
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxLimits
 from nahida_workers.errors import ConfigError
 from nahida_workers.lease.redis import RedisLeaseStore
@@ -86,17 +87,21 @@ def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
     """The tools a session may use, with placement overrides applied.
 
     A contract with an ``output_schema`` adds the reserved StructuredOutput
-    tool.  The session's stop hooks are checked here too: every entry point
-    (batch, schedules, the API) and every worker builds this registry before
-    anything runs, so an unregistered name is refused before it runs.
+    tool; a job with a ``goal:`` gets ``UpdateGoal`` even if it does not list it.
+    The session's stop hooks are checked here too: every entry point (batch,
+    schedules, the API) and every worker builds this registry before anything
+    runs, so an unregistered name is refused before it runs.
 
     Raises:
         ConfigError: an unregistered tool or stop hook, a bad placement or
             sandbox setting.
     """
     stop_hooks_of(settings).check(spec.stop_hooks)
+    names = spec.tools
+    if spec.goal is not None and GOAL_TOOL not in names:
+        names = (*names, GOAL_TOOL)
     registry = build_registry(
-        spec.tools,
+        names,
         settings,
         placement=spec.placement,
         bash_timeout_s=spec.limits.bash_timeout_s,

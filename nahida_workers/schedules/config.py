@@ -71,11 +71,28 @@ def _job(job: str | Path | dict[str, Any]) -> tuple[JobSpec, str | None]:
     return load_job(job), str(Path(job).resolve())
 
 
-def _check_runnable(job: JobSpec, settings: Settings) -> None:
-    """Build the job's tools and provider once and check its script, as ``nahida batch`` does."""
+def _with_agents(job: JobSpec, settings: Settings, repos: Sequence[str]) -> JobSpec:
+    """The job with the config folder's agents merged in, checked as ``nahida batch`` checks.
+
+    The config folder is read now (the schedule snapshots the result, like
+    its job); a repository's ``.nahida/agents/`` (``trust_workspace``) is
+    checked now for each repository and read again at each fire.
+
+    Raises:
+        ConfigError: as :func:`~nahida_workers.runtime.dispatch.preflight.check_spec`;
+            a broken agent definition (naming its file).
+    """
+    from nahida_workers.runtime.agents.discover import with_agents
     from nahida_workers.runtime.dispatch.preflight import check_spec
 
-    check_spec(job.session_spec(), settings)
+    merged = with_agents(job, settings=settings)
+    if not merged.trust_workspace:
+        check_spec(merged.session_spec(), settings)
+        return merged
+    for repo in repos:  # each repository may define the agents the script starts
+        spec = with_agents(merged, settings=settings, workspace=Path(repo), config=False)
+        check_spec(spec.session_spec(), settings)
+    return merged
 
 
 def build_definition(
@@ -100,7 +117,8 @@ def build_definition(
         UserError: a repository is missing.
     """
     spec, job_path = _job(job)
-    _check_runnable(spec, settings)
+    resolved = resolve_repos(repos, repos_from)
+    spec = _with_agents(spec, settings, resolved)
     try:
         window_s = parse_duration(catchup_window)
     except ValueError as exc:
@@ -117,7 +135,7 @@ def build_definition(
             name=name,
             job=spec.model_dump(mode="json"),
             job_path=job_path,
-            repos=resolve_repos(repos, repos_from),
+            repos=resolved,
             cron=cron,
             every_s=None if every is None else parse_duration(every),
             timezone=timezone,

@@ -126,6 +126,8 @@ class Scheduler:
 
     Attributes:
         cancel_session: stops one session (``Inbox.cancel``), for ``cancel_previous``.
+        resolve: the session spec of one repository (its agent definitions
+            merged in, ``runtime/agents/discover.py``); None: the job's as is.
         on_outcome: called once per final outcome this ticker recorded (metrics).
 
     A session whose publish fails after the ledger recorded it (the broker
@@ -143,6 +145,7 @@ class Scheduler:
     dispatcher: Dispatcher
     clock: Clock
     cancel_session: Callable[[str], None] | None = None
+    resolve: Callable[[SessionSpec, str], SessionSpec] | None = None
     who: str = field(default_factory=ticker_name)
     on_outcome: Callable[[str, FireOutcome], None] = count_fire
 
@@ -296,6 +299,10 @@ class Scheduler:
             job = JobSpec.model_validate(definition.job)
         except ValidationError as exc:
             raise ConfigError(f"schedule {schedule.name}: invalid job: {exc}") from None
+        session = job.session_spec()
+        # Each repository's own agent definitions (trust_workspace), all read
+        # before anything is recorded: a broken one fails the fire whole.
+        specs = {r: self.resolve(session, r) if self.resolve else session for r in definition.repos}
         batch_id = fire.batch_id
         assert batch_id is not None
         if self.ledger.get_batch(batch_id) is None:
@@ -313,7 +320,7 @@ class Scheduler:
             except LedgerIntegrityError:  # a concurrent re-drive created it
                 pass
         deferred = self._submit(
-            job.session_spec(),
+            specs,
             definition.repos,
             batch_id,
             lambda repo: session_key(schedule.schedule_id, fire.fire_time, repo),
@@ -323,7 +330,11 @@ class Scheduler:
         return batch_id
 
     def _submit(
-        self, spec: SessionSpec, repos: Sequence[str], batch_id: str, key: Callable[[str], str]
+        self,
+        specs: dict[str, SessionSpec],
+        repos: Sequence[str],
+        batch_id: str,
+        key: Callable[[str], str],
     ) -> int:
         """Record and publish one session per repository; returns how many wait to be published.
 
@@ -335,7 +346,7 @@ class Scheduler:
         dispatcher, deferred = self.dispatcher, 0
         for repo in repos:
             try:
-                dispatcher.submit_all(spec, [repo], batch_id=batch_id, key=key)
+                dispatcher.submit_all(specs[repo], [repo], batch_id=batch_id, key=key)
             except PublishDeferred:
                 deferred += 1
             except Exception as exc:
@@ -387,7 +398,15 @@ class Scheduler:
 
 def build_scheduler(fleet: Fleet) -> Scheduler:
     """A scheduler on a worker's (or the CLI's) fleet: its ledger engine, dispatcher, inbox."""
+    from pathlib import Path
+
+    from nahida_workers.runtime.agents.discover import with_agents
     from nahida_workers.schedules.sql import SqlScheduleStore
+
+    def resolve(spec: SessionSpec, repo: str) -> SessionSpec:
+        if not spec.trust_workspace:
+            return spec
+        return with_agents(spec, settings=fleet.settings, workspace=Path(repo), config=False)
 
     return Scheduler(
         store=SqlScheduleStore(fleet.ledger.engine),
@@ -395,4 +414,5 @@ def build_scheduler(fleet: Fleet) -> Scheduler:
         dispatcher=fleet.dispatcher,
         clock=fleet.clock,
         cancel_session=fleet.inbox.cancel,
+        resolve=resolve,
     )

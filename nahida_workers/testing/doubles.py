@@ -17,6 +17,7 @@ from typing import Any
 
 from nahida_workers.core.events import Event, ExecutionReceipt
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
@@ -31,12 +32,14 @@ from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools import default_registry
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.structured import StructuredOutput
 
 __all__ = [
     "FakeClock",
     "InlineResult",
     "ListTaskQueue",
     "ThreadRemoteTools",
+    "memory_registry",
     "memory_runner",
     "run_inline",
     "scripted_spec",
@@ -104,6 +107,20 @@ def _provider_for(spec: SessionSpec) -> Provider:
     return ScriptedProvider(load_script(spec.provider["script"]))
 
 
+def memory_registry(spec: SessionSpec) -> ToolRegistry:
+    """The built-in tools a spec names, as ``runtime/wiring.registry_for`` adds them.
+
+    A contract's ``output_schema`` adds StructuredOutput (a verifier's verdict
+    is one); a ``goal:`` adds UpdateGoal.  No plugin tools are loaded.
+    """
+    names = list(spec.tools)
+    if spec.goal is not None and GOAL_TOOL not in names:
+        names.append(GOAL_TOOL)
+    registry = default_registry().subset(names)
+    schema = spec.contract.output_schema
+    return registry if schema is None else registry.with_tool(StructuredOutput(schema))
+
+
 def memory_runner(
     *,
     ledger: Ledger[Any] | None = None,
@@ -123,7 +140,7 @@ def memory_runner(
         leases=MemoryLeaseStore(clock.monotonic_ms),
         clock=clock,
         provider_for=provider_for or _provider_for,
-        registry_for=registry_for or (lambda spec: default_registry().subset(spec.tools)),
+        registry_for=registry_for or memory_registry,
         executor=executor or InlineExecutor(clock.now),
         stop_hooks=stop_hooks or StopHooks(),
     )

@@ -2,16 +2,20 @@
 
 The categories and states follow DESIGN.md section 6.
 
-``tests/eval/sessions.yaml`` lists sessions in seven categories (read,
+``tests/eval/sessions.yaml`` lists sessions in ten categories (read,
 inspect, modify, run_tests, send, question, provider -- provider outcomes
-that are not answers: refusals, empty turns, a paused turn).  Each names a
+that are not answers: refusals, empty turns, a paused turn -- and delegate,
+verify, goal: the delegation contract, the independent verification gate
+and goals, whose verifier child sessions run too).  Each names a
 prompt, the workspace files to create, the completion contract, the scripted
 provider turns and the expected terminal state, reason and provider calls.
 A session may continue with a ``follow_up``: a message sent after its first
 run sealed, which starts a second run with its own scripted turns; the
 expectation is then about that second run.  :func:`run_eval_set`
-runs every session in-process (``run_inline``: in-memory ledger, real tools)
-on a fresh temporary workspace and compares.
+runs every session in-process (in-memory ledger, real tools, every child
+session it starts run in turn on the same thread, like a one-slot fleet) on a
+fresh temporary workspace (a git repository with its files committed when the
+case says ``git: true``) and compares.
 
 Two rates summarise the set:
 
@@ -50,14 +54,26 @@ from nahida_workers.core.events import (
 )
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy.detectors import Claim, claims
+from nahida_workers.core.policy.verification import VERDICT_SCHEMA
 from nahida_workers.errors import ConfigError
+from nahida_workers.ledger.children import child_ledger
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
-from nahida_workers.runtime.spec import DEFAULT_TOOLS, Limits, SessionSpec, validation_summary
+from nahida_workers.runtime.ownership.session import SessionRunner
+from nahida_workers.runtime.spec import (
+    DEFAULT_TOOLS,
+    AgentProfile,
+    DelegationSpec,
+    Limits,
+    SessionSpec,
+    VerificationSpec,
+    validation_summary,
+)
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings
-from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline
+from nahida_workers.testing import ListTaskQueue, memory_runner
 from nahida_workers.testing.tools import TEST_TOOL_PATHS
+from nahida_workers.workspaces.git import git
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -76,7 +92,18 @@ __all__ = [
 #: The set shipped with the repository (resolved from this package's location).
 DEFAULT_SET = Path(__file__).resolve().parents[2] / "tests" / "eval" / "sessions.yaml"
 
-Category = Literal["read", "inspect", "modify", "run_tests", "send", "question", "provider"]
+Category = Literal[
+    "read",
+    "inspect",
+    "modify",
+    "run_tests",
+    "send",
+    "question",
+    "provider",
+    "delegate",
+    "verify",
+    "goal",
+]
 #: The categories of DESIGN.md section 6 (and the provider outcomes), in display order.
 CATEGORIES: tuple[str, ...] = (
     "read",
@@ -86,6 +113,9 @@ CATEGORIES: tuple[str, ...] = (
     "send",
     "question",
     "provider",
+    "delegate",
+    "verify",
+    "goal",
 )
 
 _PYTHON = shlex.quote(sys.executable)
@@ -121,23 +151,35 @@ class EvalCase(_Model):
         name / category: identity (names are unique in a set).
         prompt: the user's request.
         files: workspace files to create (relative path -> UTF-8 text).
+        git: make the workspace a git repository with the files committed.
         contract / limits / tools / tool_choice: the session spec.
+        agents / goal / delegation / verification: the session spec's
+            ``agents:`` profiles, ``goal:``, delegation contract and
+            verification gate (``verification.provider``: the verifier's script).
         turns: the scripted provider's turns (see ``providers/scripted.py``).
         follow_up: a second run of the session (its expectation is ``expect``).
         expect: what the (last) run must end as.
+        verifiers: how many verifier sessions the session must have started
+            (None: not checked).
     """
 
     name: str
     category: Category
     prompt: str
     files: dict[str, str] = Field(default_factory=dict)
+    git: bool = False
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits = Field(default_factory=Limits)
     tools: tuple[str, ...] = DEFAULT_TOOLS
     tool_choice: ToolChoice = ToolChoice.AUTO
+    agents: dict[str, AgentProfile] = Field(default_factory=dict)
+    goal: str | None = None
+    delegation: DelegationSpec = Field(default_factory=DelegationSpec)
+    verification: VerificationSpec = Field(default_factory=VerificationSpec)
     turns: tuple[dict[str, Any], ...]
     follow_up: FollowUp | None = None
     expect: Expect
+    verifiers: int | None = Field(None, ge=0)
 
     def spec(self) -> SessionSpec:
         """The session spec, placeholders in the script expanded."""
@@ -151,6 +193,10 @@ class EvalCase(_Model):
             tool_choice=self.tool_choice,
             contract=self.contract,
             limits=self.limits,
+            agents=self.agents,
+            goal=self.goal,
+            delegation=self.delegation,
+            verification=self.verification,
         )
 
 
@@ -231,6 +277,7 @@ class EvalRow:
         calls: provider calls (``assistant_output`` events).
         answer: the text of the last provider turn.
         claimed / unbacked: actions the answer claims, and those no receipt backs.
+        verifiers: the verifier sessions the session started.
     """
 
     case: EvalCase
@@ -240,6 +287,7 @@ class EvalRow:
     answer: str
     claimed: frozenset[Claim]
     unbacked: frozenset[Claim]
+    verifiers: int = 0
 
     @property
     def calls_ok(self) -> bool:
@@ -247,11 +295,18 @@ class EvalRow:
         return self.case.expect.calls is None or self.case.expect.calls == self.calls
 
     @property
+    def verifiers_ok(self) -> bool:
+        """The verifier sessions started match (or the case does not say)."""
+        return self.case.verifiers is None or self.case.verifiers == self.verifiers
+
+    @property
     def ok(self) -> bool:
-        """State, reason and provider calls are what the case expects."""
+        """State, reason, provider calls and verifiers are what the case expects."""
         expect = self.case.expect
-        return (self.state, self.reason) == (expect.state.value, expect.reason.value) and (
-            self.calls_ok
+        return (
+            (self.state, self.reason) == (expect.state.value, expect.reason.value)
+            and self.calls_ok
+            and self.verifiers_ok
         )
 
 
@@ -295,30 +350,52 @@ def _rate(part: int, whole: int) -> str:
     return f"{(part / whole if whole else 0.0):.0%}"
 
 
-def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
-    """Run one session on ``workspace`` (created, filled with the case's files)."""
-    settings = settings or Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
+def _prepare(case: EvalCase, workspace: Path) -> None:
+    """Create the case's files (and its git repository, when it asks for one)."""
     workspace.mkdir(parents=True, exist_ok=True)
     for rel, text in case.files.items():
         path = workspace / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, "utf-8")
+    if case.git:
+        who = ("-c", "user.name=eval", "-c", "user.email=eval@localhost")
+        git(workspace, "init", "-q", "-b", "main")
+        git(workspace, "add", "-A")
+        git(workspace, *who, "commit", "-q", "--allow-empty", "-m", "the case's files")
+
+
+def _pump(runner: SessionRunner, queue: ListTaskQueue) -> None:
+    """Run every published session (children and verifiers too) until none is left."""
+    for _ in range(200):  # a bound: a case that keeps publishing is a broken case
+        if not queue.published:
+            return
+        session_id, _task = queue.published.pop(0)
+        runner.run(session_id)
+    raise ConfigError("an evaluation case kept starting sessions past 200 deliveries")
+
+
+def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
+    """Run one session on ``workspace`` (created, filled with the case's files)."""
+    settings = settings or Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
+    _prepare(case, workspace)
     runner = memory_runner(registry_for=lambda spec: registry_for(spec, settings))
-    result = run_inline(case.spec(), workspace, runner=runner)
-    events, receipts = result.events, result.receipts
+    queue = ListTaskQueue()
+    dispatcher = Dispatcher(runner.ledger, queue, runner.clock)
+    runner.publish = dispatcher.publish
+    sid = dispatcher.submit(case.spec(), workspace=str(workspace))[0].session_id
+    _pump(runner, queue)
     if case.follow_up is not None:
-        sid = result.session.session_id
-        dispatcher = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock)
         inbox = Inbox(runner.ledger, runner.leases, dispatcher, runner.clock)
         inbox.post(sid, case.follow_up.prompt, next_turn=False)
-        runner.run(sid)
-        last = runner.ledger.runs_of(sid)[-1]
-        events, receipts = runner.ledger.events(last.run_id), runner.ledger.receipts(last.run_id)
+        _pump(runner, queue)
+    last = runner.ledger.runs_of(sid)[-1]
+    events, receipts = runner.ledger.events(last.run_id), runner.ledger.receipts(last.run_id)
     said = [
         str(e.payload.get("text") or "") for e in events if e.type is EventType.ASSISTANT_OUTPUT
     ]
     answer = said[-1] if said else ""
     terminal = events[-1].payload
+    kids = child_ledger(runner.ledger).children(sid)
     return EvalRow(
         case=case,
         state=str(terminal.get("state")),
@@ -327,6 +404,9 @@ def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = Non
         answer=answer,
         claimed=frozenset(claims(answer)),
         unbacked=unbacked_claims(answer, receipts),
+        verifiers=sum(
+            1 for k in kids if k.config.get("contract", {}).get("output_schema") == VERDICT_SCHEMA
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from nahida_workers.tools.base import (
 from nahida_workers.tools.bash import Bash
 from nahida_workers.tools.edit import Edit
 from nahida_workers.tools.glob import Glob
+from nahida_workers.tools.goal import UpdateGoal
 from nahida_workers.tools.grep import Grep
 from nahida_workers.tools.ls import LS
 from nahida_workers.tools.read import Read
@@ -41,6 +42,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "ToolSpec",
+    "UpdateGoal",
     "Write",
     "cap_text",
     "default_registry",
@@ -56,7 +58,7 @@ def default_tools(
     max_capture_bytes: int = 1 << 20,
     sandbox: Sandbox | None = None,
 ) -> list[Tool]:
-    """One instance of each built-in tool: Read, Glob, Grep, LS, Bash, Write, Edit.
+    """One instance of each built-in tool: Read, Glob, Grep, LS, Bash, Write, Edit, UpdateGoal.
 
     Args:
         bash_timeout_s: Bash's default and maximum command timeout, in seconds.
@@ -71,6 +73,7 @@ def default_tools(
         Bash(timeout_s=bash_timeout_s, max_capture_bytes=max_capture_bytes, sandbox=sandbox),
         Write(),
         Edit(),
+        UpdateGoal(),
     ]
 
 

@@ -70,8 +70,12 @@ def test_task_jobs_check_agents_and_each_profile(tmp_path: Any) -> None:
         _validate(
             ok.model_copy(update={"provider": scripted_spec([_task("lefa")]).provider}), SETTINGS
         )
-    with pytest.raises(ConfigError, match="names no agents"):
+    # only the built-in agents (general, explore) without an agents: mapping
+    with pytest.raises(ConfigError, match=r"does not define: \['leaf'\]; defined: \['explore'"):
         _validate(scripted_spec([_task("leaf")], tools=("Task",)), SETTINGS)
+    _validate(scripted_spec([_task("explore"), {"text": "done"}], tools=("Task",)), SETTINGS)
+    with pytest.raises(ConfigError, match=r"does not define: \['verifier'\]"):
+        _validate(scripted_spec([_task("verifier")], tools=("Task",)), SETTINGS)
     bad_leaf = {"tools": ["Raed"]}
     with pytest.raises(ConfigError, match="Raed"):
         _validate(scripted_spec([{"text": "x"}], tools=("Task",), agents={"l": bad_leaf}), SETTINGS)

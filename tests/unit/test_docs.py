@@ -156,9 +156,22 @@ def test_the_api_reference_lists_every_route_of_the_served_app(site: Path) -> No
 
 def test_the_job_file_reference_lists_every_field(site: Path) -> None:
     from nahida_workers.core.events import CompletionContract
-    from nahida_workers.runtime.spec import AgentProfile, JobSpec, Limits
+    from nahida_workers.runtime.spec import (
+        AgentProfile,
+        DelegationSpec,
+        JobSpec,
+        Limits,
+        VerificationSpec,
+    )
 
     raw = (site / "reference" / "job-file" / "index.html").read_text("utf-8")
-    for model in (JobSpec, Limits, CompletionContract, AgentProfile):
+    for model in (
+        JobSpec,
+        Limits,
+        CompletionContract,
+        AgentProfile,
+        DelegationSpec,
+        VerificationSpec,
+    ):
         for name in model.model_fields:
             assert f"<code>{name}</code>" in raw, f"{model.__name__}.{name} is not documented"

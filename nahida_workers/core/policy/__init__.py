@@ -14,6 +14,7 @@ from nahida_workers.core.policy.actions import (
     RunStopHooks,
     Settle,
     Stage,
+    StartVerifier,
     corrections_by,
     schema_digest,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "RunStopHooks",
     "Settle",
     "Stage",
+    "StartVerifier",
     "corrections_by",
     "evaluate_candidate",
     "schema_digest",

@@ -8,8 +8,9 @@ request to run stop hooks) and only then acts.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nahida_workers.core.events import (
     CompletionContract,
@@ -23,6 +24,8 @@ from nahida_workers.core.events import (
     canonical_json,
 )
 from nahida_workers.core.messages import ToolChoice
+from nahida_workers.core.policy.delegation import DelegationContract
+from nahida_workers.core.policy.verification import GatePolicy, Purpose
 from nahida_workers.core.state import RunState
 
 __all__ = [
@@ -35,6 +38,8 @@ __all__ = [
     "RunStopHooks",
     "Settle",
     "Stage",
+    "StartVerifier",
+    "corrections_after",
     "corrections_by",
     "ok_receipts_in_order",
     "schema_digest",
@@ -53,10 +58,13 @@ class Correct:
     Attributes:
         stage: the stage that asked (corrections are counted per stage).
         text: the correction, committed as a ``user_input`` event.
+        controls: more ``control`` payloads committed with it, before the
+            correction (a goal's ``rejected -> active`` transition).
     """
 
     stage: str
     text: str
+    controls: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,30 @@ class RunStopHooks:
     candidate_seq: int
 
 
-PolicyAction = Accept | Correct | Settle | ContinueWithInbox | RunStopHooks
+@dataclass(frozen=True)
+class StartVerifier:
+    """Start a fresh verifier child on candidate ``candidate_seq``; park until its verdict.
+
+    Attributes:
+        purpose: the independent verification gate, or a goal.
+        candidate_seq: the candidate answer's ``assistant_output`` sequence.
+        revision: the run's mutation revision the verdict will hold for.
+        triggers: why the gate asks (``files_changed:N``, ``high_risk:PATH``,
+            ``writing_bash``); empty for a goal.
+        controls: more ``control`` payloads committed with the start (the
+            goal's transition to ``verifying``).
+        goal: the goal's id, for a goal.
+    """
+
+    purpose: Purpose
+    candidate_seq: int
+    revision: int
+    triggers: tuple[str, ...] = ()
+    controls: tuple[Mapping[str, Any], ...] = ()
+    goal: str | None = None
+
+
+PolicyAction = Accept | Correct | Settle | ContinueWithInbox | RunStopHooks | StartVerifier
 
 
 @dataclass(frozen=True)
@@ -92,6 +123,11 @@ class PolicyLimits:
         structured_corrections: turns the structured-output stage may ask for.
         verification_corrections: turns explicit verification may ask for.
         stop_hook_continuations: continuations stop hooks may force.
+        delegation_corrections: turns the delegation contract may ask for.
+        independent_corrections: verifier FAILs the independent
+            verification gate feeds back before ``unverified``.
+        goal_corrections: turns the goal stage may ask for (a goal never
+            claimed, a verifier FAIL fed back) before it settles.
     """
 
     evidence_corrections: int = 1
@@ -99,6 +135,9 @@ class PolicyLimits:
     structured_corrections: int = 2
     verification_corrections: int = 1
     stop_hook_continuations: int = 3
+    delegation_corrections: int = 1
+    independent_corrections: int = 1
+    goal_corrections: int = 2
 
 
 @dataclass(frozen=True)
@@ -113,6 +152,12 @@ class CandidateContext:
         limits: correction bounds.
         pending_steering: unclaimed steering messages in the inbox.
         stop_hooks: the session has stop hooks configured.
+        delegation: the job's delegation contract.
+        gate: when the independent verification gate triggers.
+        subagent: the session is itself a child session (the gate skips it).
+        task_available: the session may start child sessions (the gate
+            needs one for its verifier).
+        goal: the job's ``goal:`` (active from the start), if any.
     """
 
     state: RunState
@@ -122,6 +167,11 @@ class CandidateContext:
     limits: PolicyLimits = field(default_factory=PolicyLimits)
     pending_steering: int = 0
     stop_hooks: bool = False
+    delegation: DelegationContract = field(default_factory=DelegationContract)
+    gate: GatePolicy = field(default_factory=GatePolicy)
+    subagent: bool = False
+    task_available: bool = False
+    goal: str | None = None
 
     @property
     def text(self) -> str:
@@ -138,6 +188,18 @@ def corrections_by(state: RunState, stage: str) -> int:
         1
         for e in state.events
         if e.type is EventType.CONTROL
+        and e.payload.get("kind") == "correction"
+        and e.payload.get("stage") == stage
+    )
+
+
+def corrections_after(state: RunState, stage: str, sequence: int) -> int:
+    """How many corrections ``stage`` committed after ledger position ``sequence``."""
+    return sum(
+        1
+        for e in state.events
+        if e.sequence > sequence
+        and e.type is EventType.CONTROL
         and e.payload.get("kind") == "correction"
         and e.payload.get("stage") == stage
     )

@@ -8,6 +8,7 @@ read by the parser", "you can run the tests with pytest") triggers nothing.
 from __future__ import annotations
 
 import re
+import shlex
 from enum import StrEnum
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "announces_action",
     "claims",
     "classify_command",
+    "may_write",
 ]
 
 #: How much of the end of an answer the incomplete-intent check reads (characters).
@@ -216,3 +218,123 @@ def classify_command(command: str) -> set[VerifyCategory]:
                 if (head == exe or head.startswith(exe + " ")) and not _excluded(exe, words):
                     found.add(category)
     return found
+
+
+#: Commands that only read (the command word; a few need their arguments checked below).
+_READERS = frozenset(
+    {
+        "ls", "cat", "head", "tail", "less", "more", "wc", "grep", "egrep", "fgrep", "rg",
+        "ag", "find", "stat", "file", "du", "df", "pwd", "echo", "printf", "true", "false",
+        "test", "[", "which", "type", "command", "date", "whoami", "uname", "id", "tree",
+        "diff", "cmp", "sort", "uniq", "cut", "tr", "jq", "awk", "sed", "basename", "dirname",
+        "realpath", "readlink", "sha256sum", "sha1sum", "md5sum", "seq", "sleep", "xxd", "od",
+        "hexdump", "nl", "column", "comm", "join", "paste", "fold", "expand", "cd", "env",
+        "printenv", "git",
+    }
+)  # fmt: skip
+#: git subcommands that change nothing (``git branch`` only lists without arguments).
+_GIT_READERS = frozenset(
+    {
+        "status", "diff", "log", "show", "ls-files", "ls-tree", "rev-parse", "blame", "grep",
+        "describe", "cat-file", "shortlog", "rev-list", "merge-base", "--version", "version",
+    }
+)  # fmt: skip
+#: Arguments that make an otherwise reading command write.
+_WRITING_ARGS: dict[str, tuple[str, ...]] = {
+    "find": ("-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprintf", "-fls"),
+    "sed": ("-i", "--in-place"),
+    "awk": ("-i",),
+    "sort": ("-o", "--output"),
+}
+#: Flags that make a verification command write (``ruff check --fix``, ``black`` is no check).
+_FIXING_ARGS = ("--fix", "--write", "-w", "--in-place", "-i", "--unsafe-fixes")
+_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>"})
+_SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "(", ")", ";;", "|&"})
+_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+
+def _segments(command: str) -> list[list[str]] | None:
+    """Shell words per simple command; None when the text cannot be read safely.
+
+    Each line is read on its own (a newline ends a command).  Redirections are
+    kept as words (``>`` then its target).  A command or process substitution
+    cannot be judged: None.
+    """
+    if "$(" in command or "`" in command or "<(" in command or ">(" in command:
+        return None
+    segments: list[list[str]] = [[]]
+    for line in command.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens = list(lexer)
+        except ValueError:  # an unbalanced quote
+            return None
+        for token in tokens:
+            if token in _SEPARATORS:
+                segments.append([])
+            else:
+                segments[-1].append(token)
+        segments.append([])
+    return [s for s in segments if s]
+
+
+def _writes_by_redirect(words: list[str]) -> bool:
+    for i, word in enumerate(words):
+        if word in _REDIRECTS:
+            target = words[i + 1] if i + 1 < len(words) else ""
+            if target not in _HARMLESS_TARGETS:
+                return True
+        elif word == ">&" and i + 1 < len(words) and not words[i + 1].isdigit():
+            return True  # >&file is a redirect to a file; >&2 duplicates a descriptor
+    return False
+
+
+def _segment_writes(words: list[str]) -> bool:
+    if _writes_by_redirect(words):
+        return True
+    words = [w for w in words if w not in _REDIRECTS and w != ">&"]
+    words = _PREFIXES.sub("", " ".join(words)).split()
+    if not words:
+        return False
+    exe = words[0].rsplit("/", 1)[-1]
+    if exe == "tee":
+        return any(w not in _HARMLESS_TARGETS and not w.startswith("-") for w in words[1:])
+    if exe == "git":
+        return _git_writes(words[1:])
+    if exe in _READERS:
+        bad = _WRITING_ARGS.get(exe, ())
+        return any(w == b or w.startswith(b) for w in words[1:] for b in bad)
+    categories = classify_command(" ".join(words))
+    if categories and VerifyCategory.BUILD not in categories:
+        return any(w in _FIXING_ARGS or w == "format" for w in words[1:])
+    return True
+
+
+def _git_writes(args: list[str]) -> bool:
+    """``git [-C path] [-c k=v] SUB ...``: only the reading subcommands change nothing."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--version":
+        i += 2 if args[i] in ("-C", "-c") else 1
+    sub, rest = (args[i], args[i + 1 :]) if i < len(args) else ("", [])
+    if sub == "branch":  # lists without arguments; creates, deletes or renames with them
+        return any(not w.startswith("-") or w in ("-d", "-D", "-m", "-M") for w in rest)
+    return sub not in _GIT_READERS
+
+
+def may_write(command: str) -> bool:
+    """Whether a shell command may change files (conservative: unknown means yes).
+
+    A command reads only when every simple command in it is a known reader
+    (``ls``, ``cat``, ``grep``, ``git status`` ...) or a test, lint or type
+    check (``pytest``, ``ruff check``, ``mypy``; not with ``--fix``), and no
+    output is redirected to a file (``> /dev/null`` and ``2>&1`` are fine).
+    ``sed -i``, ``find -delete``, ``tee FILE``, ``git commit``, a build, an
+    interpreter running a script, or a command or process substitution may
+    write.  The independent verification gate (DESIGN.md section 6) treats a
+    Bash call whose command may write as a workspace mutation.
+    """
+    segments = _segments(command)
+    if segments is None:
+        return True
+    return any(_segment_writes(words) for words in segments)

@@ -1,9 +1,11 @@
 """The completion stages, in DESIGN.md section 6 order.
 
-pending steering -> structured output -> incomplete intent -> explicit
-verification -> stop hooks -> tool required (case B09) -> evidence contract
--> claims without receipts.  The first stage that does not accept decides;
-if all accept, the answer is ``completed``.
+pending steering -> structured output -> incomplete intent -> delegation
+contract -> independent verification -> explicit verification -> stop hooks
+-> goal verification -> tool required (case B09) -> evidence contract ->
+claims without receipts.  The first stage that does not accept decides; if
+all accept, the answer is ``completed``.  The stages that rest on
+delegation and a fresh verifier live in ``core/policy/gates.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from nahida_workers.core.policy.detectors import (
     announces_action,
     claims,
     classify_command,
+)
+from nahida_workers.core.policy.gates import (
+    delegation_contract,
+    goal_verification,
+    independent_verification,
 )
 
 __all__ = ["DEFAULT_STAGES", "STRUCTURED_OUTPUT_TOOL", "evaluate_candidate"]
@@ -237,8 +244,11 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     pending_steering,
     structured_output,
     incomplete_intent,
+    delegation_contract,
+    independent_verification,
     explicit_verification,
     stop_hooks,
+    goal_verification,
     tool_required,
     evidence_contract,
     claims_backed,

@@ -134,7 +134,9 @@ class Spawner:
 
     def request(self, call: ToolCall) -> TaskRequest | str:
         """The call's validated request, or the error the model sees."""
-        request = parse_task(call, sorted(self.spec.agents))
+        request = parse_task(
+            call, sorted(self.spec.agents), areas=self.spec.delegation.areas or None
+        )
         if isinstance(request, str):
             return request
         if request.resume is not None:
@@ -196,9 +198,44 @@ class Spawner:
     def _rows(
         self, run_id: str, call_id: str, request: TaskRequest, now: datetime
     ) -> tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord]:
-        parent = self.link()
-        cid = child_id(run_id, call_id)
+        lineage: dict[str, Any] = {
+            "parent_run_id": run_id,
+            "call_id": call_id,
+            "agent": request.agent,
+            "description": request.description,
+            "mode": request.mode.value,
+            "isolation": request.isolation.value,
+        }
+        if request.area is not None:
+            lineage["area"] = request.area
+        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is not None:
+            lineage[BASE_KEY] = record_base(self.worktrees, self.session.workspace)
         child_spec = self.spec.child_spec(request.agent, request.prompt)
+        return self.child_rows(child_id(run_id, call_id), child_spec, lineage, now)
+
+    def spawn_rows(
+        self,
+        tx: Any,
+        rows: tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord],
+    ) -> OutboxRecord | None:
+        """Write a child built by :meth:`child_rows` (idempotent); its outbox row if created now.
+
+        A refused spawn (a child limit) writes nothing; the caller learns it
+        from the missing session row.
+        """
+        session, link, run, prompt, outbox = rows
+        outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
+        return outbox if outcome is SpawnOutcome.CREATED else None
+
+    def child_rows(
+        self, cid: str, child_spec: SessionSpec, lineage: dict[str, Any], now: datetime
+    ) -> tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord]:
+        """The rows of child ``cid`` of this session: session, lineage, first run, prompt, outbox.
+
+        ``lineage``: what the child's lineage records besides its ancestors
+        (the run and call that started it, its agent, description, mode).
+        """
+        parent = self.link()
         provider, model = child_spec.labels()
         session = SessionRecord(
             session_id=cid,
@@ -216,18 +253,8 @@ class Spawner:
             self.session.session_id,
             parent.root_id or self.session.session_id,
             parent.depth + 1,
-            {
-                "ancestors": ancestors,
-                "parent_run_id": run_id,
-                "call_id": call_id,
-                "agent": request.agent,
-                "description": request.description,
-                "mode": request.mode.value,
-                "isolation": request.isolation.value,
-            },
+            {"ancestors": ancestors, **lineage},
         )
-        if request.isolation is TaskIsolation.WORKTREE and self.worktrees is not None:
-            link.lineage[BASE_KEY] = record_base(self.worktrees, self.session.workspace)
         run = RunRecord(
             run_id=uuid.uuid5(CHILD_NAMESPACE, f"{cid}:run:1").hex,
             session_id=cid,
@@ -241,7 +268,7 @@ class Spawner:
             run_id=run.run_id,
             sequence=1,
             type=EventType.USER_INPUT,
-            payload={"text": request.prompt, "source": "prompt", "message_id": None},
+            payload={"text": child_spec.prompt, "source": "prompt", "message_id": None},
             created_at=now,
         )
         outbox = OutboxRecord(

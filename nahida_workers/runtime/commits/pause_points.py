@@ -6,9 +6,11 @@ worker's environment; the owner that reaches that point logs
 ``test pause after <point>`` and sleeps ``NAHIDA_TEST_PAUSE_S`` seconds
 (default 60; the log may show the point name redacted, being a
 ``NAHIDA_*`` value) -- its lease heartbeat keeps running -- while the test SIGKILLs
-it.  The one point so far is ``commit_turn``: a turn with Task calls has
-committed its children (DESIGN.md section 8) and published them, and the
-owner has not parked yet.  Never set in production.
+it.  The points: ``commit_turn`` (a turn with Task calls has committed its
+children, DESIGN.md section 8, and published them; the owner has not parked
+yet) and ``start_verifier`` (a verifier child and its ``verifier_started``
+event are committed and published, section 6; the owner has not parked
+yet).  Never set in production.
 """
 
 from __future__ import annotations

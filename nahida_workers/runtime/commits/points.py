@@ -12,7 +12,10 @@ commit point        what it writes, in one fenced transaction
                     step 5); if that fails the run is sealed
                     ``failed/tool_persistence_failed``
 ``commit_control``  control events and the user input they inject (corrections,
-                    bounds, stop-hook verdicts) and inbox claims
+                    bounds, stop-hook verdicts, the workspace base, a verifier's
+                    adopted verdict) and inbox claims
+``start_verifier``  a ``verifier_started`` event (with a goal's transition) and the
+                    verifier child's rows (section 6; ``runtime/children/verifier.py``)
 ``seal``            a synthetic result + receipt for every call still open
                     (``core/sealing.py``), the terminal event, the run row, the
                     inbox acknowledgements and ``sessions.status = done``
@@ -25,6 +28,10 @@ commit point        what it writes, in one fenced transaction
 ``reopen_child``    a resumed ``done`` child back to ``queued`` with its outbox row
                     (the child's rows, so not under this session's fence)
 ``close_session``   ``sessions.status = done`` when no run is left to seal
+``commit_handover`` the ``handover`` control event of an owner whose worker shuts
+                    down: the calls it committed and never started (section 8)
+``record_loss``     a lost owner's ``lease``/``lost`` event: one attempt, landing only
+                    while no later owner has bumped the epoch (section 4)
 ``take_over`` /     the owner epoch bump with the durable crash counter, and the
 ``hand_back``       clean hand-back (section 4; ``runtime/ownership/redelivery.py``)
 ==================  =============================================================
@@ -59,6 +66,8 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.handover import HandoverReason, handover_event, lease_event
+from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.loop import (
     Finish,
     final_text_for,
@@ -68,7 +77,7 @@ from nahida_workers.core.loop import (
 )
 from nahida_workers.core.messages import ProviderTurn, ToolCall
 from nahida_workers.core.receipts import missing_receipts
-from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord
+from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord, SessionRecord
 from nahida_workers.core.sealing import closing_events, closing_receipts
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
@@ -324,6 +333,66 @@ class CommitPoints:
     ) -> None:
         """Control events and the input they inject; ``claims``: inbox ids committed as input."""
         self._commit(state, events, claims=claims)
+
+    def start_verifier(
+        self,
+        state: RunState,
+        events: Sequence[Event],
+        rows: tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord],
+    ) -> None:
+        """Section 6: ``verifier_started`` and the verifier child's rows, one transaction.
+
+        The child is written idempotently by its derived id (a replay writes
+        nothing new); a child limit that refuses it writes no row, which the
+        verdict then reads as a FAIL.  Its outbox row is published after commit.
+
+        Raises:
+            LedgerError: no child-session port; or the ledger refused the write.
+            LeaseLostError / StaleEpochError: this owner lost the session.
+        """
+        family = self._family()
+        outboxes: list[OutboxRecord] = []
+
+        def also(tx: Any) -> None:
+            outbox = family.spawner.spawn_rows(tx, rows)
+            outboxes[:] = [outbox] if outbox is not None else []
+
+        self._commit(state, events, also=also)
+        family.publish_all(outboxes)
+        pause_point("start_verifier")  # test-only, inert by default: a crash test kills here
+
+    def commit_handover(self, state: RunState, reason: HandoverReason) -> None:
+        """Section 8 (shutdown): this owner stops at a boundary; the next one goes on.
+
+        One fenced ``handover`` control event naming the calls committed and
+        never started (``core/handover.py``): the next owner starts them as new.
+
+        Raises:
+            LeaseLostError / StaleEpochError: this owner lost the session meanwhile.
+        """
+        event = handover_event(state, reason, epoch=self.fence.epoch, now=self.clock.now())
+        self._commit(state, [event])
+
+    def record_loss(self, state: RunState, reason: str) -> bool:
+        """Section 4: put on record that this owner stopped because its lease was lost.
+
+        One attempt, fenced, without the heartbeat check (the loss is what it
+        records): it lands only while the epoch is still this owner's -- no
+        later owner has taken over yet -- and a refusal or an outage is
+        logged, not raised: the owner stops either way.  Returns True when it
+        landed.
+        """
+        event = lease_event(
+            state, "lost", reason or "unknown", epoch=self.fence.epoch, now=self.clock.now()
+        )
+        try:
+            with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
+                self.ledger.append(tx, [event])
+        except Exception as exc:  # fenced out or unreachable: the next owner's recovery speaks
+            log.info("run %s: the lost lease is not on record (%s)", state.run_id, exc)
+            return False
+        self._learn(state, [event], ())
+        return True
 
     def seal(
         self, state: RunState, run: RunRecord, finish: Finish, *, within_s: float | None = None

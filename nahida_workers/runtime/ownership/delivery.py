@@ -66,6 +66,9 @@ class DeliveryPorts:
             children (None: such Task calls are refused).
         stop_hooks: the stop hooks the operator registered; a job's other
             names are never imported (``nahida_workers/plugins.py``).
+        draining: True once this worker is shutting down (DESIGN.md section 8,
+            shutdown): each owner stops at its next boundary -- no new provider
+            turn, tool batch or stop hook starts -- and hands its session over.
     """
 
     ledger: Ledger[Any]
@@ -85,3 +88,4 @@ class DeliveryPorts:
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
     worktrees: WorktreeManager | None = None
     stop_hooks: StopHooks = field(default_factory=StopHooks)
+    draining: Callable[[], bool] = field(default=lambda: False)

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, NoReturn, assert_never
 
 from nahida_workers import metrics
 from nahida_workers.constants import CANCEL_POLL_S
@@ -38,8 +38,10 @@ from nahida_workers.core.events import (
     TerminalState,
     VerificationStatus,
 )
+from nahida_workers.core.handover import HandoverReason, lease_event
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
+    AdoptVerdict,
     CallProvider,
     CallResult,
     ClaimInbox,
@@ -48,23 +50,30 @@ from nahida_workers.core.loop import (
     Finish,
     LoopConfig,
     Persist,
+    RecordBase,
     RunBatch,
     RunHooks,
     Signals,
+    StartVerification,
     decide,
     final_text_for,
 )
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
+from nahida_workers.core.policy.verification import VerifierView, pending_verifier
 from nahida_workers.core.receipts import idempotency_key
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.children.spawn import child_views, completion_prefix
+from nahida_workers.runtime.children.verifier import verifier_view
 from nahida_workers.runtime.commits.points import CommitPoints
 from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.observe.observer import Observer
 from nahida_workers.runtime.ownership.hooks import StopHookContext, run_stop_hooks
+from nahida_workers.runtime.ownership.outcome import HandedOver
+from nahida_workers.runtime.ownership.verifying import apply_verifier_step
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -73,16 +82,33 @@ if TYPE_CHECKING:
     from nahida_workers.ports import Provider
     from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
-__all__ = ["RunDriver", "loop_config"]
+__all__ = ["STARTS_WORK", "RunDriver", "loop_config"]
 
 log = logging.getLogger(__name__)
 
+#: Decisions that start new work (a provider turn, a tool batch, the stop hooks):
+#: a worker that shuts down hands its sessions over instead (DESIGN.md section 8).
+STARTS_WORK = (CallProvider, RunBatch, RunHooks)
 
-def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
-    """What the pure loop needs to know of a session spec and its tools."""
+
+def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = False) -> LoopConfig:
+    """What the pure loop needs to know of a session spec and its tools.
+
+    ``subagent``: the session is a child session (the independent
+    verification gate skips it, DESIGN.md section 6).
+    """
     tools = registry.schemas()
-    if TASK_TOOL in spec.tools:  # the runtime runs Task calls itself (section 8)
-        tools = (*tools, task_schema(sorted(spec.agents)))
+    task_available = TASK_TOOL in spec.tools
+    if task_available:  # the runtime runs Task calls itself (section 8)
+        areas = spec.delegation.areas or None
+        tools = (*tools, task_schema(sorted(spec.agents), areas=areas))
+
+    def may_write(name: str) -> bool:
+        tool = registry.get(name)
+        return tool is not None and not tool.spec.read_only
+
+    goals = spec.goal is not None or GOAL_TOOL in spec.tools
+
     return LoopConfig(
         system_prompt=spec.system_prompt,
         tools=tools,
@@ -96,6 +122,14 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
         policy=policy_limits(spec.limits),
         bounds=bound_limits(spec.limits),
         stop_hooks=bool(spec.stop_hooks),
+        delegation=spec.delegation_contract(),
+        gate=spec.verification.gate(),
+        subagent=subagent,
+        task_available=task_available,
+        goal=spec.goal,
+        may_write=may_write,
+        records_base=spec.may_verify() and (not subagent or goals),
+        base_at_start=goals,
     )
 
 
@@ -136,7 +170,7 @@ class RunDriver:
         self.state = state
         self.run = run
         self.registry = registry
-        self.config = loop_config(spec, registry)
+        self.config = loop_config(spec, registry, subagent=session.parent_id is not None)
         self.provider: Provider = runner.provider_for(spec)
         self.fallback = FallbackGuard()
         self.fallback.attach(self.provider)
@@ -165,11 +199,50 @@ class RunDriver:
 
     # -- the loop -----------------------------------------------------------------------
     def drive(self) -> None:
-        """Ask the pure loop for a decision and perform it, until the run is terminal."""
+        """Ask the pure loop for a decision and perform it, until the run is terminal.
+
+        Raises:
+            HandedOver: the worker shuts down and the next decision would start
+                work (section 8, shutdown); the ``handover`` event is committed.
+            LeaseLostError / StaleEpochError: this owner lost the session.
+        """
         while True:
             self.commits.heartbeat.check()
-            if not self._apply(decide(self.state, self.config, self._signals())):
+            self._note_lease()
+            decision = decide(self.state, self.config, self._signals())
+            if isinstance(decision, STARTS_WORK) and self.r.draining():
+                self._hand_over()
+            if not self._apply(decision):
                 return
+
+    def _note_lease(self) -> None:
+        """Put the lease re-takes since the last boundary on the run's record (section 4)."""
+        notes = self.commits.heartbeat.take_notes()
+        if notes:
+            now = self.r.clock.now()
+            epoch = self.commits.fence.epoch
+            events: list[Event] = []
+            for note in notes:
+                event = lease_event(self.state, note.event, note.reason, epoch=epoch, now=now)
+                events.append(event.model_copy(update={"sequence": event.sequence + len(events)}))
+            self.commits.commit_control(self.state, events)
+
+    def _hand_over(self) -> NoReturn:
+        """Stop at this boundary: commit the ``handover`` event and end the delivery.
+
+        Calls pre-started during the last turn's stream (read-only ones) are
+        aborted: they count as never started, and the next owner runs them.
+        """
+        prestarted, self._turn = self._turn.prestarted, _Turn()
+        if prestarted is not None:
+            prestarted.abort()
+        self.commits.commit_handover(self.state, HandoverReason.WORKER_SHUTDOWN)
+        log.info(
+            "run %s: worker shutting down; handed over with %d call(s) not started",
+            self.run.run_id,
+            len(self.state.pending_calls()),
+        )
+        raise HandedOver(self.run.run_id)
 
     def _signals(self) -> Signals:
         now = self.r.clock.now()
@@ -180,7 +253,13 @@ class RunDriver:
             elapsed_s=(now - self.run.started_at).total_seconds(),
             children=self._children(),
             unfinished_children=self._unfinished(),
+            verifier=self._verifier(),
         )
+
+    def _verifier(self) -> VerifierView | None:
+        """What became of the pending verifier child (section 6), when one is pending."""
+        start = pending_verifier(self.state)
+        return verifier_view(self.r.ledger, start.child) if start is not None else None
 
     def _unfinished(self) -> tuple[str, ...]:
         """This session's children that have not ended (section 8), when it has a family."""
@@ -230,6 +309,8 @@ class RunDriver:
                 return self._apply_park(decision)
             case AdoptChildren():
                 return self._apply_adopt(decision)
+            case RecordBase() | StartVerification() | AdoptVerdict():
+                return apply_verifier_step(self, decision)
             case unreachable:
                 assert_never(unreachable)
 
@@ -355,6 +436,10 @@ class RunDriver:
         return Execution(CallResult(call.call_id, call.name, status, content), receipt)
 
     # -- helpers ------------------------------------------------------------------------------
+    def pending_inbox(self) -> list[InboxMessage]:
+        """The session's pending inbox messages."""
+        return self._pending_inbox()
+
     def _pending_inbox(self) -> list[InboxMessage]:
         return self.r.ledger.inbox(self.session.session_id, statuses=[InboxStatus.PENDING])
 

@@ -20,6 +20,7 @@ from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import FailureCode, ReasonCode
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxKind, InboxStatus, RunRecord, SessionRecord
 from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
@@ -43,7 +44,7 @@ from nahida_workers.runtime.commits.points import CommitPoints, Family
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
-from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.task_output import TaskOutput
@@ -96,7 +97,9 @@ class SessionOwner:
     def _family(self) -> Family | None:
         """The child-session wiring of this session (section 8), when it has any."""
         spec = self.session.config
-        uses_task = TASK_TOOL in (spec.get("tools") or ())
+        tools = spec.get("tools") or ()
+        # Task starts children; a goal (or UpdateGoal) starts verifiers (section 6).
+        uses_task = TASK_TOOL in tools or GOAL_TOOL in tools or spec.get("goal") is not None
         if not uses_task and self.session.parent_id is None:
             return None
         children = child_ledger(self.r.ledger)
@@ -196,7 +199,11 @@ class SessionOwner:
         state = self._load(run)
         try:
             return self._drive(state, run)
-        except (LeaseLostError, StaleEpochError):
+        except LeaseLostError as exc:
+            # The record says why this owner stopped (lands only if no one took over yet).
+            self.commits.record_loss(state, exc.reason)
+            raise
+        except (StaleEpochError, HandedOver):
             raise
         except RunError as exc:
             if exc.retryable:

@@ -79,6 +79,54 @@ def test_honest_sessions_claim_only_what_they_did(report: EvalReport) -> None:
     assert {c for r in completed for c in r.claimed} == set(Claim)
 
 
+def test_the_stages_on_child_sessions_have_their_rows(report: EvalReport) -> None:
+    """Delegation, the verification gate and goals: every reason code, and verifier counts."""
+    rows = [r for r in report.rows if r.case.category in ("delegate", "verify", "goal")]
+    assert {r.reason for r in rows} == {
+        "answer_accepted",
+        "delegation_contract_broken",
+        "verifier_rejected",
+        "goal_rejected",
+        "goal_incomplete",
+    }
+    gated = [r for r in rows if r.case.category in ("verify", "goal")]
+    assert all(r.case.verifiers is not None and r.verifiers_ok for r in gated)
+    assert sum(r.verifiers for r in rows) >= 15  # real verifier sessions ran
+    names = {r.case.name for r in rows}
+    assert {"verify-pass-voided-by-a-later-edit", "goal-rejected-then-fixed"} <= names
+
+
+def test_a_wrong_verifier_count_is_a_mismatch(tmp_path: Path) -> None:
+    from nahida_workers.cli.main import app
+
+    path = tmp_path / "set.yaml"
+    row = {
+        "name": "three-files-no-task",
+        "category": "verify",
+        "prompt": "Add three modules.",
+        "tools": ["Write"],
+        "turns": [
+            {
+                "tool_calls": [
+                    {
+                        "id": f"w{i}",
+                        "name": "Write",
+                        "arguments": {"path": f"{i}.py", "content": ""},
+                    }
+                    for i in range(3)
+                ]
+            },
+            {"text": "Three modules."},
+        ],
+        "expect": {"state": "completed", "reason": "answer_accepted", "calls": 2},
+        "verifiers": 1,  # wrong: without Task the gate is skipped
+    }
+    path.write_text(yaml.safe_dump([row]))
+    result = CliRunner().invoke(app, ["eval", "--set", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "MISMATCH" in result.output and "0 (expected 1)" in result.output
+
+
 def test_every_question_completes_in_one_provider_call(report: EvalReport) -> None:
     questions = [r for r in report.rows if r.case.category == "question"]
     assert questions
