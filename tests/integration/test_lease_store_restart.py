@@ -87,8 +87,9 @@ def test_a_redis_restart_mid_bash_lets_the_live_owner_finish_its_command(
     fleet = Fleet(postgres_url, private_redis.url, logs, lease_ttl_s=3.0, visibility_timeout_s=10)
     try:
         worker = fleet.start_worker(name="owner", concurrency=1)
-        marker = tmp_path / "marker.txt"
-        sid = submit(fleet.dispatcher(pg), _spec(marker, 4), make_repo(tmp_path / "repo"))
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
+        sid = submit(fleet.dispatcher(pg), _spec(marker, 4), repo)
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash command to start")
         private_redis.restart()  # every key is gone: the lease, the queues, the unacked message
         wait_done(pg, sid, timeout=60)
