@@ -115,7 +115,7 @@ def test_no_path_from_a_job_is_imported(probe: str, tmp_path: Path) -> None:
         with pytest.raises(ConfigError):
             check_spec(spec, SETTINGS)
         with pytest.raises(ConfigError):
-            registry_for(spec.child_spec("a", "x") if spec.agents else spec, SETTINGS)
+            registry_for(spec.child_spec("a", "x") if "a" in spec.agents else spec, SETTINGS)
     ctx = StopHookContext("s", "r", "answer", tmp_path)
     verdict = run_stop_hooks([f"{probe}:hook"], ctx, registered=StopHooks(), timeout_s=5)
     assert verdict.verdict == "allow"
