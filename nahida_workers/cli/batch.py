@@ -36,7 +36,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
-from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
+from nahida_workers.cli.interrupt import exit_now, run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
@@ -162,11 +162,28 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
         with embedded_worker(celery_app, concurrency=options.workers):
             code = body()
             if code == ExitCode.TIMED_OUT:
-                # Do not wait for in-flight tool calls: fence and stop them;
-                # --resume settles them (interrupted, outcome unknown).
+                # As Ctrl-C does (cli/interrupt.py): fence and stop the sessions
+                # in flight (--resume settles their calls: interrupted, outcome
+                # unknown), report, and leave without waiting for the worker
+                # threads -- their shutdown took seconds and logged warnings.
                 stop_in_flight(fleet, batch_id, fence=True)
+                code = _conclude(code, fleet, batch_id, started, options, settings, console)
+                exit_now(code)
     else:
         code = body()
+    return _conclude(code, fleet, batch_id, started, options, settings, console)
+
+
+def _conclude(
+    code: int,
+    fleet: Fleet,
+    batch_id: str,
+    started: datetime,
+    options: BatchOptions,
+    settings: Settings,
+    console: Console,
+) -> int:
+    """Write the report, print the table and the summary; returns the final exit code."""
     data = _read(settings, lambda: batch_report(fleet.ledger, batch_id, started_at=started))
     path = options.report or Path("reports") / f"batch-{batch_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
