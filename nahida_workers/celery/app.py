@@ -17,6 +17,7 @@ from celery import Celery, current_app
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    beat_init,
     worker_init,
     worker_process_init,
     worker_ready,
@@ -143,8 +144,10 @@ def _keep_secrets_in_memory(sender: Any = None, **_: Any) -> None:
 
 
 @worker_ready.connect(weak=False)
+@beat_init.connect(weak=False)
 def _expose_metrics(sender: Any = None, **_: Any) -> None:
-    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.
+    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.  Beat
+    # serves them too: the sweep's gauges and the fire counters are set there.
     process = _process_of_sender(sender)
     port = process.settings().metrics_port if process is not None else 0
     if port:

@@ -12,6 +12,7 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
+from nahida_workers.celery.beat import aligned
 from nahida_workers.constants import (
     RUN_SESSION,
     RUN_TOOL_CALL,
@@ -22,7 +23,17 @@ from nahida_workers.constants import (
 )
 from nahida_workers.settings import Settings
 
-__all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
+__all__ = [
+    "BEAT_SCHEDULER",
+    "RUN_SESSION",
+    "RUN_TOOL_CALL",
+    "SCHEDULE_TICK",
+    "SWEEP",
+    "celery_config",
+]
+
+#: Beat's scheduler class: it runs the tick and the sweep in beat itself.
+BEAT_SCHEDULER = "nahida_workers.celery.beat:LedgerScheduler"
 
 
 def _transport_options(settings: Settings) -> dict[str, Any]:
@@ -87,15 +98,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": False,
         "worker_send_task_events": True,
         "result_expires": 3600,
+        # Beat runs these two itself (celery/beat.py): control work is decided
+        # where the clock is, never behind session work (DESIGN.md section 1).
+        # User schedules live in the ledger; beat only ticks (section 8).
+        "beat_scheduler": BEAT_SCHEDULER,
         "beat_schedule": {
             "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
-            # User schedules live in the ledger; beat only ticks (DESIGN.md section 8).  A
-            # tick that waited in the queue past the next one is dropped: the
-            # next tick decides the same fires.
+            # At whole multiples of the tick since the epoch, where fires fall.
             "nahida-schedule-tick": {
                 "task": SCHEDULE_TICK,
-                "schedule": settings.schedule_tick_s,
-                "options": {"expires": max(1.0, 2 * settings.schedule_tick_s)},
+                "schedule": aligned(settings.schedule_tick_s),
             },
         },
         "worker_hijack_root_logger": False,

@@ -132,8 +132,29 @@ def build_definition(
         raise ConfigError(f"schedule {name}: {where}: {message}") from None
     except ValueError as exc:  # a duration or an unknown overlap policy
         raise ConfigError(f"schedule {name}: {exc}") from None
+    _check_period(definition, settings)
     _check_jitter(definition)
     return definition
+
+
+def _check_period(definition: ScheduleDef, settings: Settings) -> None:
+    """Refuse a schedule whose fires come more often than beat ticks.
+
+    Beat decides fires once per tick (``NAHIDA_SCHEDULE_TICK_S``): a shorter
+    period gets several fire times per tick, and all but the first overlap
+    it (with ``skip``, most fires were recorded skipped).
+
+    Raises:
+        ConfigError: the shortest gap between two fires is below the tick interval.
+    """
+    period_s = shortest_period(definition).total_seconds()
+    tick_s = settings.schedule_tick_s
+    if period_s < tick_s:
+        raise ConfigError(
+            f"schedule {definition.name}: the period ({period_s:g}s) is shorter than the "
+            f"tick interval NAHIDA_SCHEDULE_TICK_S ({tick_s:g}s); fire at most once per "
+            f"tick (--every {tick_s:g}s or more)"
+        )
 
 
 def _check_jitter(definition: ScheduleDef) -> None:
