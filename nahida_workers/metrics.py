@@ -191,6 +191,7 @@ def observe_sweep(report: Any, ledger: Any, leases: Any) -> None:
     SWEEPER_ACTIONS.labels("redispatched").inc(len(report.redispatched))
     SWEEPER_ACTIONS.labels("settled").inc(len(report.settled))
     SWEEPER_ACTIONS.labels("broker_reset").inc(int(report.broker_reset))
+    SWEEPER_ACTIONS.labels("released").inc(getattr(report, "released", 0))
     queued = ledger.sessions(statuses=[SessionStatus.QUEUED])
     SESSIONS_QUEUED.set(len(queued))
     now = datetime.now(UTC)

@@ -41,6 +41,7 @@ LEDGER_TABLES = (
     "sessions",
     "batches",
     "prompt_artifacts",
+    "admission_groups",
 )
 
 

@@ -24,7 +24,7 @@ from celery.signals import (
 )
 
 from nahida_workers.celery.broker import install as install_redis_transport
-from nahida_workers.celery.config import RUN_SESSION, celery_config
+from nahida_workers.celery.config import RUN_SESSION, broker_priority, celery_config
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
@@ -115,13 +115,16 @@ class CeleryTaskQueue:
     def __init__(self, celery_app: Celery) -> None:
         self._app = celery_app
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        """``send_task`` on the ``sessions`` queue with a deterministic task id."""
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
+        """``send_task`` on the ``sessions`` queue with a deterministic task id and a priority."""
         self._app.send_task(
             RUN_SESSION,
             args=[session_id],
             task_id=task_id,
             queue=SESSIONS_QUEUE,
+            priority=broker_priority(priority, self._app.conf.broker_url or ""),
             ignore_result=True,  # no result-backend subscription per published task
         )
 

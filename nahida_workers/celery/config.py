@@ -14,6 +14,8 @@ from kombu.entity import Exchange, Queue
 
 from nahida_workers.celery.beat import aligned
 from nahida_workers.constants import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
     RUN_SESSION,
     RUN_TOOL_CALL,
     SCHEDULE_TICK,
@@ -29,6 +31,7 @@ __all__ = [
     "RUN_TOOL_CALL",
     "SCHEDULE_TICK",
     "SWEEP",
+    "broker_priority",
     "celery_config",
 ]
 
@@ -53,10 +56,29 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
         # The in-process broker is polled; kombu's 1 s default made embedded
         # sessions wait a second in the queue.
         transport = {"polling_interval": 0.01}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        # One Redis list per priority, popped most urgent first (kombu's
+        # priority steps; the consumer's BRPOP names them in this order).
+        transport["priority_steps"] = list(range(MAX_PRIORITY + 1))
+        transport["queue_order_strategy"] = "priority"
     if settings.broker_url.startswith(("redis://", "rediss://")) and settings.broker_key_prefix:
         # Separate fleets (and test runs) can share one Redis database.
         transport["global_keyprefix"] = settings.broker_key_prefix
     return transport
+
+
+def broker_priority(priority: int | None, broker_url: str) -> int:
+    """The message priority a session of ``priority`` (0-9, 9 most urgent) is sent with.
+
+    kombu's Redis transport pops priority 0 first (its lists are read in
+    ascending step order), so the scale is reversed there; brokers with
+    native priorities (AMQP ``x-max-priority``) take it as it is.  None is
+    :data:`DEFAULT_PRIORITY`.
+    """
+    level = DEFAULT_PRIORITY if priority is None else max(0, min(MAX_PRIORITY, priority))
+    if broker_url.startswith(("redis://", "rediss://")):
+        return MAX_PRIORITY - level
+    return level
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -71,6 +93,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
+        # A task sent from a session task (a follow-up delivery, a retry, a
+        # fanned-out tool call) keeps the session's priority.
+        "task_inherit_parent_priority": True,
         # Outcomes live in the ledger and tool results travel on their own
         # Redis lists: nobody reads a task result, and a publisher that asks
         # for one subscribes to the result backend per task (a pubsub channel

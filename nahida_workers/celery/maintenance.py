@@ -59,4 +59,5 @@ def sweep(current: Fleet) -> dict[str, object]:
         "redispatched": list(report.redispatched),
         "settled": list(report.settled),
         "broker_reset": report.broker_reset,
+        "released": report.released,
     }

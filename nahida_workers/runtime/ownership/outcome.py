@@ -20,3 +20,4 @@ class SessionOutcome(StrEnum):
     NOT_FOUND = "not_found"  # unknown session id: no-op
     LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
     PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
+    DEFERRED = "deferred"  # its group is at its cap: a freed slot re-publishes it
