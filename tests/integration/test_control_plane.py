@@ -92,3 +92,61 @@ def test_fires_and_sweeps_stay_on_time_behind_a_1000_session_backlog(
     assert percentile(lags, 0.99) <= 2 * TICK_S, lags
     assert not [f for f in fires if f.outcome is FireOutcome.MISSED]
     assert {f.outcome for f in fires} <= {FireOutcome.DISPATCHED, FireOutcome.DISPATCHING}
+
+
+def _done(pg: SqlLedger, ids: list[str]) -> bool:
+    return all(
+        (s := pg.get_session(sid)) is not None and s.status is SessionStatus.DONE for sid in ids
+    )
+
+
+def test_a_small_urgent_batch_starts_before_a_large_one_drains(
+    fleet: Fleet, pg: SqlLedger, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    dispatcher = fleet.dispatcher(pg)
+    large = dispatcher.create_batch("large", {}).batch_id
+    backlog(dispatcher, scripted_job("large", delay_s=0.1).session_spec(), repo, 400,
+            batch_id=large)  # fmt: skip
+    fleet.start_worker(name="w", concurrency=2)
+    wait_for(lambda: _queued(pg, large) < 395, timeout=30, what="the large batch to start")
+    small = dispatcher.create_batch("small", {}).batch_id
+    urgent = backlog(dispatcher, scripted_job("small").session_spec(), repo, 5,
+                     batch_id=small, priority=9)  # fmt: skip
+    submitted = datetime.now(UTC)
+    wait_for(lambda: _done(pg, urgent), timeout=60, what="the urgent batch")
+    waited = max((pg.get_session(s).updated_at - submitted).total_seconds() for s in urgent)  # type: ignore[union-attr]
+    left = _queued(pg, large)
+    print(f"5 urgent sessions done {waited:.2f}s after submission, {left} of 400 still queued")
+    assert left >= 300, f"the urgent batch waited for the large one ({left} left)"
+
+
+def test_a_cap_of_two_holds_on_six_slots(fleet: Fleet, pg: SqlLedger, tmp_path: Path) -> None:
+    from nahida_workers.ledger.admission import admission_ledger
+
+    repo = make_repo(tmp_path / "repo")
+    dispatcher = fleet.dispatcher(pg)
+    capped = dispatcher.create_batch("capped", {}).batch_id
+    group = f"batch:{capped}"
+    dispatcher.set_cap(group, 2)
+    spec = scripted_job("capped", delay_s=0.2).session_spec()
+    ids = [
+        dispatcher.submit(
+            spec, workspace=str(repo), batch_id=capped, admission_group=group,
+            idempotency_key=f"{capped}:{n}",
+        )[0].session_id
+        for n in range(24)
+    ]  # fmt: skip
+    fleet.start_worker(name="w", concurrency=6)
+    port = admission_ledger(pg)
+    seen: list[int] = []
+
+    def finished() -> bool:
+        seen.append(port.running(group))
+        return _done(pg, ids)
+
+    wait_for(finished, timeout=120, what="every capped session", every=0.02)
+    print(f"cap 2 on 6 slots: {len(seen)} readings, most running at once {max(seen)}")
+    assert max(seen) == 2, f"the cap was broken or never reached: {sorted(set(seen))}"
+    assert all(pg.runs_of(s)[0].terminal_state is not None for s in ids)
+    assert all(pg.get_session(s).admission is None for s in ids)  # type: ignore[union-attr]
