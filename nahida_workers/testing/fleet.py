@@ -190,6 +190,21 @@ class Fleet:
         self._apps.append(publisher)
         return Dispatcher(ledger, CeleryTaskQueue(publisher), SystemClock())
 
+    def purge_broker(self) -> int:
+        """Delete this fleet's broker keys (its queues); returns how many.
+
+        Only keys under this fleet's own prefix: a test that leaves a
+        backlog behind does not leave it in the shared Redis.
+        """
+        import redis
+
+        client = redis.Redis.from_url(f"{self.redis_url}/{BROKER_DB}")
+        try:
+            keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
+            return int(client.delete(*keys)) if keys else 0
+        finally:
+            client.close()
+
     def stop(self) -> None:
         """Stop every worker this fleet started."""
         for worker in self.workers:

@@ -13,6 +13,7 @@ the real broker and ledger:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +34,14 @@ TICK_S = 1.0
 PERIOD_S = 2.0
 BACKLOG = 1000
 FIRES = 8
+
+
+@pytest.fixture(autouse=True)
+def _purge(fleet: Fleet) -> Iterator[None]:
+    """The backlog these tests leave queued does not stay in the shared Redis."""
+    yield
+    fleet.stop()
+    fleet.purge_broker()
 
 
 def _queued(pg: SqlLedger, batch_id: str) -> int:
