@@ -192,12 +192,13 @@ def observe_sweep(report: Any, ledger: Any, leases: Any) -> None:
     SWEEPER_ACTIONS.labels("settled").inc(len(report.settled))
     SWEEPER_ACTIONS.labels("broker_reset").inc(int(report.broker_reset))
     SWEEPER_ACTIONS.labels("released").inc(getattr(report, "released", 0))
-    queued = ledger.sessions(statuses=[SessionStatus.QUEUED])
-    SESSIONS_QUEUED.set(len(queued))
+    # Counts, not rows: a sweep behind a backlog of thousands stays cheap.
+    counts = ledger.session_counts()
+    queued, oldest = counts.get(SessionStatus.QUEUED, (0, None))
+    SESSIONS_QUEUED.set(queued)
     now = datetime.now(UTC)
-    oldest = min((s.updated_at or s.created_at for s in queued), default=None)
     OLDEST_QUEUED_SECONDS.set(0.0 if oldest is None else (now - oldest).total_seconds())
-    SESSIONS_PARKED.set(len(ledger.sessions(statuses=[SessionStatus.WAITING])))
+    SESSIONS_PARKED.set(counts.get(SessionStatus.WAITING, (0, None))[0])
     running = ledger.sessions(statuses=[SessionStatus.RUNNING])
     LEASES_HELD.set(sum(1 for s in running if leases.holder(s.session_id) is not None))
 

@@ -425,9 +425,22 @@ class LedgerReader(Protocol):
         ...
 
     def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+        self,
+        *,
+        batch_id: str | None = None,
+        statuses: Sequence[SessionStatus] | None = None,
+        updated_before: datetime | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, optionally filtered, oldest first."""
+        """Sessions, optionally filtered (``updated_before``: last changed before), oldest first."""
+        ...
+
+    def session_counts(self) -> dict[SessionStatus, tuple[int, datetime | None]]:
+        """Per status: how many sessions, and the oldest ``updated_at`` among them.
+
+        A count, not the rows: the sweeper's gauges read it behind a backlog
+        of thousands of queued sessions (DESIGN.md section 1: control work
+        stays cheap however busy the fleet is).
+        """
         ...
 
     def batches(self) -> list[BatchRecord]:

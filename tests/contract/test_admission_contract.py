@@ -135,3 +135,18 @@ def test_groups_are_independent(ledger: Any) -> None:
     _add(ledger, "b", group="schedule:x")
     assert port.admit("a", at=at(1)) and port.admit("b", at=at(1))
     assert (port.running(GROUP), port.running("schedule:x")) == (1, 1)
+
+
+def test_the_sweeper_reads_counts_and_only_the_quiet_rows(ledger: Any) -> None:
+    """What lets a sweep stay cheap behind a backlog: counts, and rows by last change."""
+    for n in range(3):
+        _add(ledger, f"q{n}", created=n)
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, "q2", SessionStatus.RUNNING, at=at(30))
+    counts = ledger.session_counts()
+    assert counts[SessionStatus.QUEUED] == (2, at(0))
+    assert counts[SessionStatus.RUNNING] == (1, at(30))
+    assert SessionStatus.DONE not in counts
+    quiet = ledger.sessions(statuses=[SessionStatus.QUEUED], updated_before=at(1))
+    assert [s.session_id for s in quiet] == ["q0"]
+    assert ledger.sessions(statuses=[SessionStatus.RUNNING], updated_before=at(30)) == []

@@ -98,12 +98,20 @@ class Sweeper:
             SessionStatus.QUEUED: self.redispatch_queued_after_s,
             SessionStatus.RUNNING: self.redispatch_after_s,
         }
-        for session in self.ledger.sessions(statuses=list(after_s)):
+        # Only the rows quiet long enough are read: behind a backlog of
+        # thousands of queued sessions a sweep stays a few cheap queries.
+        candidates = [
+            session
+            for status, quiet_for_s in after_s.items()
+            for session in self.ledger.sessions(
+                statuses=[status],
+                updated_before=None if reset else now - timedelta(seconds=quiet_for_s),
+            )
+        ]
+        for session in candidates:
             if session.session_id in settled or session.admission is Admission.DEFERRED:
                 continue
             quiet_s = (now - session.updated_at).total_seconds()
-            if not reset and quiet_s < after_s[session.status]:
-                continue
             if self.leases.holder(session.session_id) is not None:
                 continue
             log.warning(
