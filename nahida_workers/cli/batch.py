@@ -229,7 +229,9 @@ def _open_batch(fleet: Fleet, options: BatchOptions, settings: Settings) -> str:
         record = fleet.ledger.get_batch(batch_id)
         assert record is not None  # resolve found it
         check_resume(record.spec, options, batch_id)
-    cap = options.job.cap(settings.max_running_default)
+    # The embedded fleet serves this batch alone: its --workers is the cap
+    # unless the job or --max-running names one.
+    cap = options.job.cap(0 if options.local else settings.max_running_default)
     _read(settings, lambda: fleet.dispatcher.set_cap(batch_group(batch_id), cap))
     return batch_id
 

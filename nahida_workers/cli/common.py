@@ -58,7 +58,8 @@ MaxRunningOpt = Annotated[
         "--max-running",
         min=0,
         help="At most this many of its sessions run at once, 0 = no cap "
-        "(default: the job's max_running, else NAHIDA_MAX_RUNNING_DEFAULT).",
+        "(default: the job's max_running, else NAHIDA_MAX_RUNNING_DEFAULT; "
+        "an embedded batch: no cap).",
     ),
 ]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +88,3 @@ def percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
-
-
-def seconds_between(earlier: datetime, later: datetime) -> float:
-    """``later - earlier`` in seconds."""
-    return (later - earlier).total_seconds()
