@@ -24,6 +24,7 @@ __all__ = [
     "EPOCH_CHECK_RETRY_S",
     "EVENT_STREAM_KEY_TEMPLATE",
     "LEASE_KEY_TEMPLATE",
+    "LEASE_OUTAGE_RETRY_S",
     "MAX_PRIORITY",
     "RUN_SESSION",
     "RUN_TOOL_CALL",
@@ -79,6 +80,9 @@ DEFAULT_LEASE_TTL_S = 30.0
 DEFAULT_LEDGER_OUTAGE_S = 10.0
 #: How long the seal ``failed/tool_persistence_failed`` is retried, seconds.
 DEFAULT_LEDGER_SEAL_OUTAGE_S = 300.0
+#: Seconds between lease renewal attempts while the lease store does not answer
+#: (a restarting Redis): the owner re-takes its lease as soon as the store is back.
+LEASE_OUTAGE_RETRY_S = 0.25
 #: Owners in a row that crash without progress before ``failed/poison_session``.
 DEFAULT_POISON_AFTER_CRASHES = 3
 #: Seconds between two reads of the cancel flag while tools are outstanding.

@@ -304,6 +304,15 @@ class LeaseHeldError(RunError):
 
 
 class LeaseLostError(RunError):
-    """This owner's lease expired or was taken; it must stop writing at once."""
+    """This owner's lease expired or was taken; it must stop writing at once.
+
+    Attributes:
+        reason: why the owner counts the lease as lost (a ``LeaseLoss`` value of
+            ``core/handover.py``; empty when not known).
+    """
 
     failure_code = FailureCode.LEASE_LOST
+
+    def __init__(self, message: str, *, reason: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.reason = reason

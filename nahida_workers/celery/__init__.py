@@ -17,6 +17,7 @@ executors.py        the fan-out executor of a session worker
 config.py           the Celery ``conf`` derived from the settings
 broker.py           the Redis transport with a kombu fault worked around
 embedded.py         worker threads inside the calling process
+shutdown.py         the drain flag a warm shutdown (SIGTERM) raises for every owner
 ==================  ======================================================
 """
 

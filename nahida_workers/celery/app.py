@@ -9,6 +9,7 @@ The app carries its process state as ``app.nahida`` (:class:`CeleryProcess`).
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import Any
@@ -25,6 +26,7 @@ from celery.signals import (
 
 from nahida_workers.celery.broker import install as install_redis_transport
 from nahida_workers.celery.config import RUN_SESSION, broker_priority, celery_config
+from nahida_workers.celery.shutdown import draining
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
@@ -33,6 +35,8 @@ from nahida_workers.worker_secrets import scrub_process_environment
 __all__ = ["CeleryProcess", "CeleryTaskQueue", "make_celery", "process_of"]
 
 _processes: weakref.WeakSet[CeleryProcess] = weakref.WeakSet()
+
+log = logging.getLogger(__name__)
 
 
 class CeleryProcess:
@@ -71,7 +75,28 @@ class CeleryProcess:
                     executor=executor_for(self._app, current),
                     migrate=current.database_url.startswith("sqlite"),
                 )
+                # A warm shutdown hands owned sessions over at a boundary (shutdown.py).
+                self._fleet.runner.draining = draining
             return self._fleet
+
+    def warm_up(self) -> None:
+        """Build the fleet and open its connections before the first delivery.
+
+        A worker's first session otherwise pays for them (about a second and
+        a half on a busy host): a session handed over by a worker that shuts
+        down (DESIGN.md section 8) often lands on a freshly started one.
+        Failures are left for the first delivery to report.
+        """
+        try:
+            current = self.fleet()
+            from nahida_workers.celery import sessions  # noqa: F401 -- the task body's module
+
+            current.ledger.get_session("warm-up")
+            current.leases.holder("warm-up")
+        except Exception as exc:  # the first delivery retries and reports it
+            log.warning("worker warm-up failed: %s", exc)
+            return
+        log.info("warmed up: ledger and lease store connected")
 
     def forget_fleet(self) -> None:
         """After a fork: the child must not share the parent's connections."""
@@ -173,6 +198,18 @@ def _log_format(logger: Any = None, **_: Any) -> None:
 
 @worker_process_init.connect(weak=False)
 def _after_fork(**_: Any) -> None:
-    # A forked child must not share the parent's database connections.
+    # A forked child must not share the parent's database connections.  It
+    # warms its own up in the background (this signal must return quickly).
     for process in list(_processes):
         process.forget_fleet()
+        threading.Thread(target=process.warm_up, name="nahida-warm-up", daemon=True).start()
+
+
+@worker_ready.connect(weak=False)
+def _warm_up(sender: Any = None, **_: Any) -> None:
+    # The threads pool runs tasks in this process: warm it up (prefork children
+    # warm up after their fork, above).
+    process = _process_of_sender(sender)
+    prefork = type(getattr(sender, "pool", None)).__module__.endswith(".prefork")
+    if process is not None and not prefork:
+        threading.Thread(target=process.warm_up, name="nahida-warm-up", daemon=True).start()

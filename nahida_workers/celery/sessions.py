@@ -19,6 +19,12 @@ log = logging.getLogger(__name__)
 
 #: What a delivery returns when its process is stopping and it took nothing.
 STOPPING = "stopping"
+#: Outcomes after which the session may still need a taker: a follow-up is left.
+_FOLLOWED = (
+    SessionOutcome.LEASE_HELD,
+    SessionOutcome.LEASE_LOST,
+    SessionOutcome.OWNER_MAY_BE_ALIVE,
+)
 
 
 def run_session_delivery(
@@ -36,6 +42,11 @@ def run_session_delivery(
     re-publishes the task with a backoff; the ledger already holds every fact
     committed before it.
 
+    A worker that is shutting down (``shutdown.py``) does not start a
+    delivery, and an owner it stopped at a boundary (``handed_over``) has
+    released the lease: either way the session is delivered again for the
+    next worker (:func:`_redeliver`).
+
     Args:
         task: the bound Celery task (its request id, retries, ``retry``, ``apply_async``).
         current: this process's fleet.
@@ -50,9 +61,14 @@ def run_session_delivery(
         # its tools refused.  It stays as it is in the ledger; --resume runs it.
         log.info("session %s: not taken, this process is stopping", session_id)
         return STOPPING
+    if current.runner.draining():
+        # Taken just before this worker stopped consuming: not started, back to the queue.
+        return _redeliver(task, session_id, "not started: this worker is shutting down",
+                        seen_owner=seen_owner, hop=hop)  # fmt: skip
     tag = delivery_tag(str(task.request.id or ""))
     try:
-        outcome = current.runner.run(session_id, delivery_tag=tag)
+        # Only a follow-up has seen the last owner's lease lapse (or waited for it).
+        outcome = current.runner.run(session_id, delivery_tag=tag, grace=seen_owner is None)
     except RunError as exc:
         if not exc.retryable:
             raise
@@ -61,11 +77,33 @@ def run_session_delivery(
             "session %s: retryable failure (%s); retrying in %ss", session_id, exc, countdown
         )
         raise task.retry(exc=exc, countdown=countdown) from exc
-    if outcome in (SessionOutcome.LEASE_HELD, SessionOutcome.LEASE_LOST):
+    if outcome is SessionOutcome.HANDED_OVER:
+        return _redeliver(
+            task, session_id, "handed over at a boundary; the worker is shutting down"
+        )
+    if outcome in _FOLLOWED:
         _follow_up(task, current, session_id, outcome, tag=tag, seen_owner=seen_owner, hop=hop)
     elif outcome is SessionOutcome.PARKED:
         _woken_while_parking(task, current, session_id)
     return outcome.value
+
+
+def _redeliver(
+    task: Any, session_id: str, why: str, *, seen_owner: str | None = None, hop: int = 0
+) -> str:
+    """Publish the session's delivery again for the next worker (DESIGN.md section 8).
+
+    The lease is already released (or was never taken), so whichever worker
+    takes the message continues at once.  This worker no longer consumes: a
+    warm shutdown stopped its consumer.  A publish that fails leaves the
+    session to the sweeper (a running session with no owner).
+
+    Returns:
+        ``handed_over``: what this delivery did.
+    """
+    task.apply_async(args=[session_id], kwargs={"seen_owner": seen_owner, "hop": hop})
+    log.info("session %s: %s; delivered again for the next worker", session_id, why)
+    return SessionOutcome.HANDED_OVER.value
 
 
 def _woken_while_parking(task: Any, current: Fleet, session_id: str) -> None:

@@ -23,6 +23,8 @@ __all__ = [
     "BoundControl",
     "ControlShape",
     "CorrectionControl",
+    "HandoverControl",
+    "LeaseControl",
     "ParkedControl",
     "RecoveryControl",
     "RepairControl",
@@ -77,12 +79,39 @@ class StopHookControl(ControlShape):
 
 
 class RecoveryControl(ControlShape):
-    """``recovery``: what a new owner (``epoch``) found open and how it settled it (section 3)."""
+    """``recovery``: what a new owner (``epoch``) found open and how it settled it (section 3).
+
+    ``resumed``: calls the previous owner handed over unstarted (``core/handover.py``),
+    left pending to run now.
+    """
 
     epoch: int
     rebuilt: list[str] = []
     rerun: list[str] = []
     closed: list[str] = []
+    resumed: list[str] = []
+
+
+class LeaseControl(ControlShape):
+    """``lease``: the owner at ``epoch`` re-took its lease, or lost it (section 4).
+
+    ``event`` is ``retaken`` or ``lost``; ``reason`` names why (``core/handover.py``).
+    """
+
+    event: str
+    reason: str
+    epoch: int
+
+
+class HandoverControl(ControlShape):
+    """``handover``: the owner at ``epoch`` stopped at a boundary and handed the session on.
+
+    ``unstarted`` are the committed calls it never started (section 8, shutdown).
+    """
+
+    reason: str
+    epoch: int
+    unstarted: list[str] = []
 
 
 class ParkedControl(ControlShape):
@@ -104,4 +133,6 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "stop_hook": StopHookControl,
     "recovery": RecoveryControl,
     "parked": ParkedControl,
+    "lease": LeaseControl,
+    "handover": HandoverControl,
 }

@@ -14,7 +14,13 @@ calls committed without a result, and settles each one:
    closed like (3) -- a call that hangs or kills its worker would otherwise
    be retried by every new owner forever (DESIGN.md section 5);
 3. any other call gets a synthetic ``interrupted, outcome unknown`` error
-   result -- never a blind retry: its side effect may have happened.
+   result -- never a blind retry: its side effect may have happened.  When
+   its owner recorded why it stopped (a ``lease``/``lost`` event,
+   ``core/handover.py``) the result says so instead of "the worker was lost".
+
+A call the previous owner handed over unstarted (a ``handover`` event of the
+epoch just before this owner's, written when its worker shut down) is not an
+orphan: it never ran, so it is left pending and runs now (``resumed``).
 
 Running recovery again on the result changes nothing.
 """
@@ -27,6 +33,7 @@ from datetime import datetime
 
 from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt, ToolStatus
+from nahida_workers.core.handover import lost_lease_reason, unstarted_calls
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import INTERRUPTED_TEXT, result_payload
 from nahida_workers.core.state import RunState
@@ -35,6 +42,7 @@ from nahida_workers.core.transcript import orphan_calls
 __all__ = [
     "MAX_RERUNS",
     "RERUN_LOST_TEXT",
+    "lost_owner_text",
     "rebuilt_content",
     "recovery_events",
     "synthetic_result",
@@ -47,6 +55,14 @@ RERUN_LOST_TEXT = (
     "interrupted: the call was run again after its worker was lost, and that run "
     "was lost too (it may hang or crash its worker); it is not retried again"
 )
+
+
+def lost_owner_text(reason: str) -> str:
+    """Content of an interrupted call whose owner recorded that it lost its lease."""
+    return (
+        f"interrupted: the session's owner lost its lease ({reason}) before a result "
+        "was recorded; the outcome is unknown"
+    )
 
 
 def _reruns(state: RunState) -> dict[str, set[int]]:
@@ -78,12 +94,14 @@ def recovery_events(
         rerunnable: whether a call's tool is idempotent (may run again).
 
     Returns:
-        One ``control`` event naming what was rebuilt, re-queued and closed,
-        then a ``tool_result`` per rebuilt or closed call; ``()`` when nothing
-        needs writing.
+        One ``control`` event naming what was rebuilt, re-queued, closed and
+        resumed, then a ``tool_result`` per rebuilt or closed call; ``()`` when
+        nothing needs writing.
     """
-    rebuilt, rerun, closed, lost_reruns = _sort_orphans(state, epoch, rerunnable)
-    if not rebuilt and not closed and not rerun:
+    resumed = unstarted_calls(state.events, epoch)
+    rebuilt, rerun, closed, lost_reruns = _sort_orphans(state, epoch, rerunnable, resumed)
+    kept = [c.call_id for c in orphan_calls(state.events) if c.call_id in resumed]
+    if not rebuilt and not closed and not rerun and not kept:
         return ()
     next_seq = state.next_sequence
     events = [
@@ -97,6 +115,7 @@ def recovery_events(
                 "rebuilt": [c.call_id for c, _ in rebuilt],
                 "rerun": rerun,
                 "closed": [c.call_id for c in closed],
+                "resumed": kept,
             },
             created_at=now,
         )
@@ -104,22 +123,36 @@ def recovery_events(
     settled: list[tuple[ToolCall, ToolStatus, str, str]] = [
         (c, r.status, rebuilt_content(r), r.evidence_kind.value) for c, r in rebuilt
     ] + [
-        (
-            c,
-            ToolStatus.INTERRUPTED,
-            RERUN_LOST_TEXT if c.call_id in lost_reruns else INTERRUPTED_TEXT,
-            "none",
-        )
+        (c, ToolStatus.INTERRUPTED, _interrupted_text(state, c, lost_reruns), "none")
         for c in closed
     ]
     events += _settled_results(state, settled, next_seq + len(events), now=now)
     return tuple(events)
 
 
+def _interrupted_text(state: RunState, call: ToolCall, lost_reruns: set[str]) -> str:
+    """What the model sees for a closed call: why its owner stopped, when that is on record."""
+    if call.call_id in lost_reruns:
+        return RERUN_LOST_TEXT
+    sequence = next(
+        (e.sequence for e in state.events
+         if e.type is EventType.TOOL_CALL and e.call_id == call.call_id),
+        0,
+    )  # fmt: skip
+    reason = lost_lease_reason(state.events, sequence)
+    return INTERRUPTED_TEXT if reason is None else lost_owner_text(reason)
+
+
 def _sort_orphans(
-    state: RunState, epoch: int, rerunnable: Callable[[ToolCall], bool]
+    state: RunState,
+    epoch: int,
+    rerunnable: Callable[[ToolCall], bool],
+    resumed: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[ToolCall, ExecutionReceipt]], list[str], list[ToolCall], set[str]]:
-    """Orphan calls as (rebuilt from a receipt, re-run, closed, closed re-runs)."""
+    """Orphan calls as (rebuilt from a receipt, re-run, closed, closed re-runs).
+
+    Calls in ``resumed`` (handed over unstarted) are none of these: they stay pending.
+    """
     rebuilt: list[tuple[ToolCall, ExecutionReceipt]] = []
     rerun: list[str] = []
     closed: list[ToolCall] = []
@@ -132,6 +165,8 @@ def _sort_orphans(
         epochs = earlier.get(call.call_id, set())
         if receipt is not None:
             rebuilt.append((call, receipt))
+        elif call.call_id in resumed:
+            continue  # never started (the previous owner's handover): it runs now
         elif rerunnable(call) and epoch in epochs:
             continue  # this owner already recorded its re-run: recovery twice = once
         elif rerunnable(call) and len(epochs) < MAX_RERUNS:

@@ -25,6 +25,10 @@ commit point        what it writes, in one fenced transaction
 ``reopen_child``    a resumed ``done`` child back to ``queued`` with its outbox row
                     (the child's rows, so not under this session's fence)
 ``close_session``   ``sessions.status = done`` when no run is left to seal
+``commit_handover`` the ``handover`` control event of an owner whose worker shuts
+                    down: the calls it committed and never started (section 8)
+``record_loss``     a lost owner's ``lease``/``lost`` event: one attempt, landing only
+                    while no later owner has bumped the epoch (section 4)
 ``take_over`` /     the owner epoch bump with the durable crash counter, and the
 ``hand_back``       clean hand-back (section 4; ``runtime/ownership/redelivery.py``)
 ==================  =============================================================
@@ -59,6 +63,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.handover import HandoverReason, handover_event, lease_event
 from nahida_workers.core.loop import (
     Finish,
     final_text_for,
@@ -324,6 +329,39 @@ class CommitPoints:
     ) -> None:
         """Control events and the input they inject; ``claims``: inbox ids committed as input."""
         self._commit(state, events, claims=claims)
+
+    def commit_handover(self, state: RunState, reason: HandoverReason) -> None:
+        """Section 8 (shutdown): this owner stops at a boundary; the next one goes on.
+
+        One fenced ``handover`` control event naming the calls committed and
+        never started (``core/handover.py``): the next owner starts them as new.
+
+        Raises:
+            LeaseLostError / StaleEpochError: this owner lost the session meanwhile.
+        """
+        event = handover_event(state, reason, epoch=self.fence.epoch, now=self.clock.now())
+        self._commit(state, [event])
+
+    def record_loss(self, state: RunState, reason: str) -> bool:
+        """Section 4: put on record that this owner stopped because its lease was lost.
+
+        One attempt, fenced, without the heartbeat check (the loss is what it
+        records): it lands only while the epoch is still this owner's -- no
+        later owner has taken over yet -- and a refusal or an outage is
+        logged, not raised: the owner stops either way.  Returns True when it
+        landed.
+        """
+        event = lease_event(
+            state, "lost", reason or "unknown", epoch=self.fence.epoch, now=self.clock.now()
+        )
+        try:
+            with self.ledger.transaction(fence=self.fence, run_id=state.run_id) as tx:
+                self.ledger.append(tx, [event])
+        except Exception as exc:  # fenced out or unreachable: the next owner's recovery speaks
+            log.info("run %s: the lost lease is not on record (%s)", state.run_id, exc)
+            return False
+        self._learn(state, [event], ())
+        return True
 
     def seal(
         self, state: RunState, run: RunRecord, finish: Finish, *, within_s: float | None = None

@@ -63,6 +63,9 @@ class DeliveryPorts:
             posted under (DESIGN.md section 8).
         worktrees: makes the git worktrees of ``isolation: worktree``
             children (None: such Task calls are refused).
+        draining: True once this worker is shutting down (DESIGN.md section 8,
+            shutdown): each owner stops at its next boundary -- no new provider
+            turn, tool batch or stop hook starts -- and hands its session over.
     """
 
     ledger: Ledger[Any]
@@ -81,3 +84,4 @@ class DeliveryPorts:
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
     worktrees: WorktreeManager | None = None
+    draining: Callable[[], bool] = field(default=lambda: False)

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, NoReturn, assert_never
 
 from nahida_workers import metrics
 from nahida_workers.constants import CANCEL_POLL_S
@@ -38,6 +38,7 @@ from nahida_workers.core.events import (
     TerminalState,
     VerificationStatus,
 )
+from nahida_workers.core.handover import HandoverReason, lease_event
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
     CallProvider,
@@ -65,6 +66,7 @@ from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.observe.observer import Observer
 from nahida_workers.runtime.ownership.hooks import StopHookContext, run_stop_hooks
+from nahida_workers.runtime.ownership.outcome import HandedOver
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
 
@@ -73,9 +75,13 @@ if TYPE_CHECKING:
     from nahida_workers.ports import Provider
     from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 
-__all__ = ["RunDriver", "loop_config"]
+__all__ = ["STARTS_WORK", "RunDriver", "loop_config"]
 
 log = logging.getLogger(__name__)
+
+#: Decisions that start new work (a provider turn, a tool batch, the stop hooks):
+#: a worker that shuts down hands its sessions over instead (DESIGN.md section 8).
+STARTS_WORK = (CallProvider, RunBatch, RunHooks)
 
 
 def loop_config(spec: SessionSpec, registry: ToolRegistry) -> LoopConfig:
@@ -165,11 +171,50 @@ class RunDriver:
 
     # -- the loop -----------------------------------------------------------------------
     def drive(self) -> None:
-        """Ask the pure loop for a decision and perform it, until the run is terminal."""
+        """Ask the pure loop for a decision and perform it, until the run is terminal.
+
+        Raises:
+            HandedOver: the worker shuts down and the next decision would start
+                work (section 8, shutdown); the ``handover`` event is committed.
+            LeaseLostError / StaleEpochError: this owner lost the session.
+        """
         while True:
             self.commits.heartbeat.check()
-            if not self._apply(decide(self.state, self.config, self._signals())):
+            self._note_lease()
+            decision = decide(self.state, self.config, self._signals())
+            if isinstance(decision, STARTS_WORK) and self.r.draining():
+                self._hand_over()
+            if not self._apply(decision):
                 return
+
+    def _note_lease(self) -> None:
+        """Put the lease re-takes since the last boundary on the run's record (section 4)."""
+        notes = self.commits.heartbeat.take_notes()
+        if notes:
+            now = self.r.clock.now()
+            epoch = self.commits.fence.epoch
+            events: list[Event] = []
+            for note in notes:
+                event = lease_event(self.state, note.event, note.reason, epoch=epoch, now=now)
+                events.append(event.model_copy(update={"sequence": event.sequence + len(events)}))
+            self.commits.commit_control(self.state, events)
+
+    def _hand_over(self) -> NoReturn:
+        """Stop at this boundary: commit the ``handover`` event and end the delivery.
+
+        Calls pre-started during the last turn's stream (read-only ones) are
+        aborted: they count as never started, and the next owner runs them.
+        """
+        prestarted, self._turn = self._turn.prestarted, _Turn()
+        if prestarted is not None:
+            prestarted.abort()
+        self.commits.commit_handover(self.state, HandoverReason.WORKER_SHUTDOWN)
+        log.info(
+            "run %s: worker shutting down; handed over with %d call(s) not started",
+            self.run.run_id,
+            len(self.state.pending_calls()),
+        )
+        raise HandedOver(self.run.run_id)
 
     def _signals(self) -> Signals:
         now = self.r.clock.now()

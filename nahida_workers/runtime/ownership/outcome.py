@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["SessionOutcome"]
+__all__ = ["HandedOver", "SessionOutcome"]
 
 
 class SessionOutcome(StrEnum):
@@ -21,3 +21,15 @@ class SessionOutcome(StrEnum):
     LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
     PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
     DEFERRED = "deferred"  # its group is at its cap: a freed slot re-publishes it
+    HANDED_OVER = "handed_over"  # the worker shuts down: stopped at a boundary, lease released
+    # The lease was free, but the last owner never handed the session back: it may
+    # be alive and about to re-take its lease (a restarted lease store): look again later.
+    OWNER_MAY_BE_ALIVE = "owner_may_be_alive"
+
+
+class HandedOver(Exception):
+    """Raised by the owner that stopped at a boundary because its worker shuts down.
+
+    DESIGN.md section 8 (shutdown): the run's ``handover`` event is committed;
+    the delivery releases the lease and its message goes back to the queue.
+    """

@@ -43,7 +43,7 @@ from nahida_workers.runtime.commits.points import CommitPoints, Family
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
-from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.task_output import TaskOutput
@@ -196,7 +196,11 @@ class SessionOwner:
         state = self._load(run)
         try:
             return self._drive(state, run)
-        except (LeaseLostError, StaleEpochError):
+        except LeaseLostError as exc:
+            # The record says why this owner stopped (lands only if no one took over yet).
+            self.commits.record_loss(state, exc.reason)
+            raise
+        except (StaleEpochError, HandedOver):
             raise
         except RunError as exc:
             if exc.retryable:

@@ -28,6 +28,15 @@ expire (:func:`plan_follow_up`), carrying the owner token it saw:
 A delivery that lost its lease mid-run leaves a follow-up only when nobody
 holds the lease (a paused owner that woke up after its lease expired).
 
+A free lease is not proof that its owner is gone: after a lease-store
+restart a live owner's key is missing until its next renewal re-takes it
+(``heartbeat.py``).  A delivery without evidence that the owner lapsed (no
+``seen_owner``) that finds the key free on a session whose owner never
+handed it back (``OWNER_MAY_BE_ALIVE``) leaves a follow-up one renewal
+interval later, marked :data:`SEEN_FREE`: by then a live owner holds its key
+again (the follow-up ends, that owner goes on) or the owner is gone (the
+follow-up takes the session).
+
 Countdowns stay below the broker's visibility timeout: kombu's Redis
 transport keeps a delayed message unacknowledged in the worker, and
 redelivers it after the visibility timeout (a duplicate) if the countdown
@@ -44,7 +53,11 @@ from dataclasses import dataclass
 
 from nahida_workers.runtime.ownership.outcome import SessionOutcome
 
-__all__ = ["FollowUp", "delivery_tag", "is_poison", "plan_follow_up"]
+__all__ = ["SEEN_FREE", "FollowUp", "delivery_tag", "is_poison", "plan_follow_up"]
+
+#: ``seen_owner`` of a follow-up whose sender found the lease free on a session
+#: whose owner never handed it back (it waited a renewal interval for that owner).
+SEEN_FREE = "-"
 
 
 def delivery_tag(message_id: str) -> str:
@@ -98,6 +111,8 @@ def plan_follow_up(
         return None
     if outcome is SessionOutcome.LEASE_LOST:
         return None if holder is not None else FollowUp(None, next_hop, min(margin_s, cap_s))
+    if outcome is SessionOutcome.OWNER_MAY_BE_ALIVE:  # one renewal interval for a re-take
+        return FollowUp(SEEN_FREE, next_hop, min(lease_ttl_s / 3 + margin_s, cap_s))
     if outcome is not SessionOutcome.LEASE_HELD:
         return None
     mine = bool(tag) and holder is not None and holder.endswith(f":{tag}")

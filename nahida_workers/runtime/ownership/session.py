@@ -11,6 +11,11 @@ over the ports through the commit points:
    fails the run stops ``failed/tool_persistence_failed``;
 3. the terminal event, the run row and the session status in one transaction.
 
+A worker that shuts down (``draining``) stops each owned run at its next
+boundary with a ``handover`` event (DESIGN.md section 8, shutdown); the
+delivery then ends :attr:`~SessionOutcome.HANDED_OVER` with the lease released,
+and its message goes back to the queue for the next worker.
+
 The owner's part lives in :mod:`~nahida_workers.runtime.ownership.owner`, the effect
 interpreter in :mod:`~nahida_workers.runtime.ownership.driver`, and every commit point
 in :mod:`~nahida_workers.runtime.commits.points`.
@@ -22,6 +27,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nahida_workers.core.events import (
@@ -29,6 +35,7 @@ from nahida_workers.core.events import (
     ReasonCode,
     SessionStatus,
 )
+from nahida_workers.core.records import SessionRecord
 from nahida_workers.errors import (
     LeaseLostError,
     StaleEpochError,
@@ -38,7 +45,7 @@ from nahida_workers.runtime.commits.points import hand_back, take_over
 from nahida_workers.runtime.dispatch.admission import admit, free_slot
 from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
-from nahida_workers.runtime.ownership.outcome import SessionOutcome
+from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.ownership.owner import SessionOwner
 from nahida_workers.runtime.ownership.redelivery import is_poison
 
@@ -85,6 +92,7 @@ class SessionRunner(DeliveryPorts):
                     return False
                 group = session.admission_group
                 epoch = take_over(self.ledger, session_id, at=self.clock.now())
+                heartbeat.watch_epoch(self._epoch_is(session_id, epoch))
                 SessionOwner(self, session, Fence(session_id, epoch), heartbeat).abandon()
                 self._close(session_id, epoch)
                 return True
@@ -93,12 +101,24 @@ class SessionRunner(DeliveryPorts):
             if group is not None:
                 free_slot(self.ledger, group, at=self.clock.now(), publish=self.publish)
 
-    def run(self, session_id: str, *, delivery_tag: str = "") -> SessionOutcome:
+    def run(
+        self, session_id: str, *, delivery_tag: str = "", grace: bool = False
+    ) -> SessionOutcome:
         """Run the session's open run to a terminal state, if nobody else is.
 
         A delivery that finds the session done or the lease held returns
         without writing anything (case B01).  ``delivery_tag`` (see
         :func:`owner_token`) is put in the lease's owner token.
+
+        ``grace``: a free lease is not proof that the owner is gone.  After a
+        lease-store restart a live owner's key is missing until its next
+        renewal re-takes it (``heartbeat.py``); taking the session in that
+        window would stop the owner mid-tool.  With ``grace``, a running
+        session whose last owner never handed it back is not taken: the
+        delivery returns :attr:`SessionOutcome.OWNER_MAY_BE_ALIVE` and its
+        caller looks again one renewal interval later
+        (``runtime/ownership/redelivery.py``).  A caller that has seen that
+        owner's lease lapse passes False.
 
         Raises:
             LedgerError / ProviderError: infrastructure failures the caller may
@@ -109,6 +129,14 @@ class SessionRunner(DeliveryPorts):
             return SessionOutcome.NOT_FOUND
         if session.status is SessionStatus.DONE:
             return SessionOutcome.ALREADY_DONE
+        if grace and self._owner_may_be_alive(session):
+            log.info(
+                "session %s: lease free but its owner (epoch %s) never handed it back; "
+                "looking again after a renewal interval",
+                session_id,
+                session.open_epoch,
+            )
+            return SessionOutcome.OWNER_MAY_BE_ALIVE
         owner = owner_token(delivery_tag)
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             log.info("session %s: lease held by another owner; delivery exits", session_id)
@@ -124,6 +152,7 @@ class SessionRunner(DeliveryPorts):
                 return SessionOutcome.DEFERRED
             with self._heartbeat(session_id, owner) as heartbeat:
                 epoch = take_over(self.ledger, session_id, at=self.clock.now())
+                heartbeat.watch_epoch(self._epoch_is(session_id, epoch))
                 session = self.ledger.get_session(session_id) or session  # the crash count
                 owned = SessionOwner(self, session, Fence(session_id, epoch), heartbeat)
                 if is_poison(session.crash_streak, self.poison_after_crashes):
@@ -138,8 +167,11 @@ class SessionRunner(DeliveryPorts):
                     return SessionOutcome.FINISHED
                 return owned.run()
         except (LeaseLostError, StaleEpochError) as exc:
-            log.warning("session %s: lease_lost (%s); stopping without writing", session_id, exc)
+            log.warning("session %s: lease_lost (%s); stopping", session_id, exc)
             return SessionOutcome.LEASE_LOST
+        except HandedOver:
+            log.info("session %s: handed over at a boundary; the worker shuts down", session_id)
+            return SessionOutcome.HANDED_OVER
         finally:
             if epoch is not None:
                 self._close(session_id, epoch)
@@ -151,6 +183,23 @@ class SessionRunner(DeliveryPorts):
                 free_slot(
                     self.ledger, session.admission_group, at=self.clock.now(), publish=self.publish
                 )
+
+    def _owner_may_be_alive(self, session: SessionRecord) -> bool:
+        """Running, lease free, and its owner took it without handing it back (see :meth:`run`)."""
+        return (
+            session.status is SessionStatus.RUNNING
+            and session.open_epoch is not None
+            and self.leases.holder(session.session_id) is None
+        )
+
+    def _epoch_is(self, session_id: str, epoch: int) -> Callable[[], bool]:
+        """Whether ``epoch`` is still the session's (the heartbeat's re-take check, section 4)."""
+
+        def current() -> bool:
+            session = self.ledger.get_session(session_id)
+            return session is not None and session.lease_epoch == epoch
+
+        return current
 
     def _heartbeat(self, session_id: str, owner: str) -> Heartbeat:
         return Heartbeat(self.leases, session_id, owner, self.lease_ttl_ms, clock=self.clock)

@@ -92,6 +92,9 @@ def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
         {"kind": "correction"},
         {"kind": "repair", "anomaly": "malformed_tool_call", "turn": "last"},
         {"kind": "bound", "bound": ["doom_loop"]},
+        {"kind": "lease", "event": "retaken", "epoch": 1},
+        {"kind": "lease", "event": "lost", "reason": "another_owner", "epoch": "one"},
+        {"kind": "handover", "reason": "worker_shutdown", "epoch": 3, "unstarted": "c1"},
     ],
 )
 def test_the_read_edge_checks_the_shape_of_each_known_control_kind(bad: dict[str, object]) -> None:
@@ -110,6 +113,8 @@ def test_every_control_kind_the_code_writes_has_a_shape_and_unknown_kinds_stay_o
         {"kind": "correction", "stage": "evidence"},
         {"kind": "repair", "anomaly": "malformed_tool_call", "turn": None},
         {"kind": "bound", "bound": "doom_loop", "key": "Bash:abc"},
+        {"kind": "lease", "event": "retaken", "reason": "lease_store_empty", "epoch": 1},
+        {"kind": "handover", "reason": "worker_shutdown", "epoch": 2, "unstarted": ["c3"]},
     ]
     assert {g["kind"] for g in good} == set(CONTROL_SHAPES)
     for data in good:

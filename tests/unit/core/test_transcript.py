@@ -122,6 +122,7 @@ def test_b06_recovery_closes_every_orphan_once_and_is_idempotent() -> None:
         "rebuilt": [],
         "rerun": [],
         "closed": ["toolu_A2", "toolu_B1"],
+        "resumed": [],
     }
     results = [e for e in recovered if e.type is EventType.TOOL_RESULT]
     assert [e.call_id for e in results] == ["toolu_A2", "toolu_B1"]  # exactly one per orphan

@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from nahida_workers.runtime.ownership.outcome import SessionOutcome
-from nahida_workers.runtime.ownership.redelivery import FollowUp, delivery_tag, plan_follow_up
+from nahida_workers.runtime.ownership.redelivery import (
+    SEEN_FREE,
+    FollowUp,
+    delivery_tag,
+    plan_follow_up,
+)
 from nahida_workers.runtime.ownership.session import owner_token
 
 HELD = SessionOutcome.LEASE_HELD
@@ -55,3 +60,11 @@ def test_finished_deliveries_leave_nothing(outcome: SessionOutcome) -> None:
 def test_the_countdown_stays_below_the_visibility_timeout() -> None:
     got = plan(HELD, ttl_ms=29_000, lease_ttl_s=30.0, visibility_timeout_s=31.0)
     assert got is not None and got.countdown_s < 31.0
+
+
+def test_a_free_lease_whose_owner_never_handed_back_is_looked_at_again_a_renewal_later() -> None:
+    # 30 s TTL: renewals every 10 s, plus the 3 s margin
+    followed = plan(SessionOutcome.OWNER_MAY_BE_ALIVE, holder=None, ttl_ms=None)
+    assert followed == FollowUp(SEEN_FREE, 1, 13.0)
+    # ... and by then the live owner holds its key again: the chain ends
+    assert plan(HELD, seen_owner=SEEN_FREE, holder="h:1:a") is None
