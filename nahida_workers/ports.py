@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from nahida_workers.core.events import (
     Event,
@@ -49,8 +49,16 @@ from nahida_workers.core.records import (
     RunRecord,
     SessionRecord,
 )
+from nahida_workers.core.teams import (
+    TaskLogEntry,
+    TeamMember,
+    TeamState,
+    TeamTask,
+    WaitingOn,
+)
 
 __all__ = [
+    "AdmissionLedger",
     "ArtifactStore",
     "ChildLedger",
     "Clock",
@@ -67,6 +75,7 @@ __all__ = [
     "Provider",
     "SystemClock",
     "TaskQueue",
+    "TeamLedger",
     "TxT",
 ]
 
@@ -424,9 +433,22 @@ class LedgerReader(Protocol):
         ...
 
     def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+        self,
+        *,
+        batch_id: str | None = None,
+        statuses: Sequence[SessionStatus] | None = None,
+        updated_before: datetime | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, optionally filtered, oldest first."""
+        """Sessions, optionally filtered (``updated_before``: last changed before), oldest first."""
+        ...
+
+    def session_counts(self) -> dict[SessionStatus, tuple[int, datetime | None]]:
+        """Per status: how many sessions, and the oldest ``updated_at`` among them.
+
+        A count, not the rows: the sweeper's gauges read it behind a backlog
+        of thousands of queued sessions (DESIGN.md section 1: control work
+        stays cheap however busy the fleet is).
+        """
         ...
 
     def batches(self) -> list[BatchRecord]:
@@ -522,6 +544,142 @@ class ChildLedger(Protocol[TxIn]):
         ...
 
 
+class TeamLedger(Protocol[TxIn]):
+    """Teams in the ledger: task graph, members, claim history, mail; checklists (section 8).
+
+    A narrow port next to :class:`Ledger` (adapters ``ledger/memory_teams.py``
+    and ``ledger/sql_teams.py``, composed over their ledger and writing in its
+    transactions).  Lock order: a team change takes the team row first
+    (:meth:`lock_team`), then the acting session's own row (its fence); it
+    never locks another session's row.  A claim is the exception: one
+    conditional update under the claimant's fence, no team lock (a claim
+    never makes work appear, so it never has to wake anyone).
+    """
+
+    def lock_team(
+        self, tx: TxIn, team_id: str, *, lead_id: str, root_id: str, at: datetime, lock: bool = True
+    ) -> None:
+        """Create the team's row (and its lead's member row) if absent, then lock it.
+
+        ``lock=False`` only creates: the lead's spawn of a member holds the
+        lead's row already and must not wait on the team row after it.
+        """
+        ...
+
+    def add_member(self, tx: TxIn, member: TeamMember) -> bool:
+        """Insert a member row (idempotent by member id); True when inserted."""
+        ...
+
+    def read_team(self, team_id: str, tx: TxIn | None = None) -> TeamState | None:
+        """The team with its members (and their sessions' state) and tasks; in ``tx`` if given."""
+        ...
+
+    def team_of(self, session_id: str) -> TeamMember | None:
+        """The member row of ``session_id`` (lead or member), or None."""
+        ...
+
+    def insert_task(self, tx: TxIn, task: TeamTask) -> None:
+        """Insert a task row (the caller checked the rules under the team lock)."""
+        ...
+
+    def claim_task(
+        self,
+        tx: TxIn,
+        team_id: str,
+        task_id: str,
+        member_id: str,
+        epoch: int,
+        *,
+        renew: bool,
+        at: datetime,
+    ) -> bool:
+        """ONE conditional update: claim an ``open`` task whose dependencies are all ``done``.
+
+        With ``renew``: re-fence a claim ``member_id`` already holds at
+        ``epoch`` instead.  Either way the update itself requires
+        ``member_id``'s session to be at ``epoch`` and not done (the fence).
+        Returns whether a row changed.
+        """
+        ...
+
+    def settle_task(
+        self,
+        tx: TxIn,
+        team_id: str,
+        task_id: str,
+        *,
+        owner: str | None,
+        status: str,
+        result: str,
+        receipt: dict[str, Any] | None,
+        at: datetime,
+    ) -> bool:
+        """``done``/``failed``, conditional: claimed by ``owner`` (None: still ``open``)."""
+        ...
+
+    def mark_stale(
+        self, tx: TxIn, team_id: str, task_id: str, *, owner: str, claim_epoch: int, at: datetime
+    ) -> bool:
+        """Record when a stale claim was first seen (conditional on the same claim)."""
+        ...
+
+    def release_task(
+        self, tx: TxIn, team_id: str, task_id: str, *, owner: str, claim_epoch: int, at: datetime
+    ) -> bool:
+        """A stale claim back to ``open``: conditional on the same claim, still stale."""
+        ...
+
+    def set_waiting(
+        self, tx: TxIn, team_id: str, member_id: str, waiting_on: WaitingOn | None
+    ) -> None:
+        """Record why a team session parks (None: it does not wait on the team)."""
+        ...
+
+    def bump_version(self, tx: TxIn, team_id: str, *, at: datetime) -> int:
+        """Increment the team's version (one per change); returns the new one."""
+        ...
+
+    def log(self, tx: TxIn, entries: Sequence[TaskLogEntry]) -> None:
+        """Append to the claim history."""
+        ...
+
+    def post_message(self, tx: TxIn, message: InboxMessage) -> bool:
+        """A team message into a session's inbox: idempotent by id, no limit, no row lock taken.
+
+        Team mail and wake-ups are never dropped by a steering limit (DESIGN.md
+        section 8).  Returns whether it was inserted now.
+        """
+        ...
+
+    def park_team(self, tx: TxIn, session_id: str, *, at: datetime) -> bool:
+        """``status = waiting`` under the session's fence, unless its cancel was requested."""
+        ...
+
+    def task_log(self, team_id: str) -> list[TaskLogEntry]:
+        """A team's claim history, oldest first."""
+        ...
+
+    def claimed_tasks(self) -> list[TeamTask]:
+        """Every claimed task of every team (the sweep's candidates)."""
+        ...
+
+    def save_todos(
+        self,
+        tx: TxIn,
+        session_id: str,
+        root_id: str,
+        items: Sequence[dict[str, str]],
+        *,
+        at: datetime,
+    ) -> int:
+        """Replace a session's checklist (under its fence); returns the list's new version."""
+        ...
+
+    def todos(self, session_id: str) -> tuple[list[dict[str, str]], int]:
+        """A session's checklist and its version (``[]``, 0 when it never wrote one)."""
+        ...
+
+
 class LeaseStore(Protocol):
     """The session lease (DESIGN.md section 4): SET NX PX + compare-and-set.
 
@@ -553,6 +711,57 @@ class LeaseStore(Protocol):
 class TaskQueue(Protocol):
     """Publishing work to the broker (Celery in production, a list in tests)."""
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        """Enqueue ``run_session(session_id)`` on the ``sessions`` queue."""
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
+        """Enqueue ``run_session(session_id)`` on the ``sessions`` queue.
+
+        ``priority``: 0-9, 9 most urgent (None: the default); a broker that
+        supports priorities hands out higher ones first, FIFO within one.
+        """
+        ...
+
+
+class AdmissionLedger(Protocol):
+    """Per-group concurrency caps, decided in the ledger (DESIGN.md section 1).
+
+    Each method is its own commit, serialised per group (the group's row
+    lock; the twin's one lock), so an admission and a release of one group
+    never interleave: a session deferred just as a slot frees is released by
+    that release, never forgotten.  The rules are ``core/capacity.py``.
+    """
+
+    def set_cap(self, group: str, max_running: int | None, *, at: datetime) -> None:
+        """Create or update ``group`` with its cap (None or 0: no cap)."""
+        ...
+
+    def admit(self, session_id: str, *, at: datetime) -> bool:
+        """Start the session under its group's cap, or defer it.
+
+        Admitted: status ``running`` (it counts against the cap from now on)
+        and its admission state cleared.  Deferred: status ``queued`` and
+        admission ``deferred``; it holds no slot and no message is queued for
+        it until :meth:`release` picks it.  A session with no group, a group
+        with no cap, or a finished session is admitted (a no-op).
+
+        Raises:
+            NotFoundError: no such session.
+        """
+        ...
+
+    def release(self, group: str, *, at: datetime, new_id: Callable[[], str]) -> list[OutboxRecord]:
+        """Release as many deferred sessions as ``group`` has room for.
+
+        Most urgent first, then oldest; each gets admission ``released`` and an
+        outbox row (ids from ``new_id``) in the same commit.  Returns the
+        outbox rows to publish.
+        """
+        ...
+
+    def deferred_groups(self) -> list[str]:
+        """Groups that hold deferred sessions (the sweeper releases them if room is left)."""
+        ...
+
+    def running(self, group: str) -> int:
+        """How many sessions of ``group`` are running now."""
         ...

@@ -28,6 +28,7 @@ from nahida_workers.constants import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEDGER_OUTAGE_S,
     DEFAULT_LEDGER_SEAL_OUTAGE_S,
+    DEFAULT_MAX_RUNNING,
     DEFAULT_POISON_AFTER_CRASHES,
     DEFAULT_PROVIDER_API_KEY_ENV,
     DEFAULT_PROVIDER_BASE_URLS,
@@ -225,6 +226,16 @@ class Settings(BaseSettings):
     redispatch_after_s: float = Field(60.0, gt=0)
     redispatch_queued_after_s: float = Field(300.0, gt=0)
     settle_after_s: float = Field(3600.0, gt=0)
+    # Teams (DESIGN.md section 8): a task claimed by a member whose session
+    # ended or lost ownership is released by the sweep once its claim has been
+    # seen stale for this many seconds (the holder's next owner may renew it).
+    team_release_after_s: float = Field(60.0, ge=0)
+
+    # -- priorities and caps (DESIGN.md section 1) ---------------------------------
+    # At most this many sessions of one batch (or of all fires of one schedule)
+    # run at once when its job names no max_running; 0 = no cap.  Half of the
+    # default fleet's 16 session slots: a big batch leaves room for the rest.
+    max_running_default: int = Field(DEFAULT_MAX_RUNNING, ge=0)
 
     # -- schedules (DESIGN.md section 8) ----------------------------
     # Beat sends one tick task this often; a schedule's catch-up window must

@@ -126,7 +126,9 @@ def _child_session(db: Path, parent_id: str, workspace: str) -> str:
     from nahida_workers.testing import scripted_spec
 
     class _Unpublished:
-        def publish_session(self, session_id: str, *, task_id: str) -> None:
+        def publish_session(
+            self, session_id: str, *, task_id: str, priority: int | None = None
+        ) -> None:
             """The child is only recorded; nothing runs it in the demo."""
 
     ledger = SqlLedger(engine=make_engine(f"sqlite:///{db}"))

@@ -32,6 +32,11 @@ PG_URL_BASE = os.environ.get("NAHIDA_TEST_PG_URL", "postgresql+psycopg://postgre
 REDIS_URL = os.environ.get("NAHIDA_TEST_REDIS", "redis://127.0.0.1:6379")
 FIXTURES = Path(__file__).parent / "fixtures"
 LEDGER_TABLES = (
+    "team_task_log",
+    "team_tasks",
+    "team_members",
+    "teams",
+    "session_todos",
     "schedule_fires",
     "schedules",
     "agent_execution_receipts",
@@ -41,6 +46,7 @@ LEDGER_TABLES = (
     "sessions",
     "batches",
     "prompt_artifacts",
+    "admission_groups",
 )
 
 

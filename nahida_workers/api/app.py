@@ -111,6 +111,7 @@ def create_app(services: Services, *, token: str = "", max_body_bytes: int = 256
     _action_routes(v1, services)
     _follow_routes(v1, services)
     _batch_routes(v1, services)
+    _team_routes(v1, services)
     app.include_router(v1)
     app.include_router(web_router(services))
     return app
@@ -246,6 +247,24 @@ def _batch_routes(v1: APIRouter, services: Services) -> None:
         return batch_report(ledger, full)
 
 
+def _team_routes(v1: APIRouter, services: Services) -> None:
+    """``GET /v1/teams/{team_id}`` (DESIGN.md section 8)."""
+    ledger = services.fleet.ledger
+
+    @v1.get("/teams/{team_id}")
+    def get_team(team_id: str) -> dict[str, Any]:
+        """A team: its members and their states, the task graph with owners, the claim history.
+
+        Read from the ledger only.  A team's id is its lead's session id (a
+        unique prefix works).
+        """
+        from nahida_workers.ledger.teams import team_ledger
+        from nahida_workers.runtime.teams.projection import team_document
+
+        full = resolve(ledger, "team", _id(team_id))
+        return team_document(ledger, team_ledger(ledger), full)
+
+
 def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
     """Dispatch one session; 201 created, 200 known (idempotency key), 202 not yet published."""
     ledger = fleet.ledger
@@ -274,6 +293,7 @@ def _create_session(fleet: Any, body: SessionIn) -> JSONResponse:
             session_id=wanted_id,
             provider_name=provider,
             model=model,
+            priority=job.priority,
         )
     except Exception as exc:
         if not is_delivery_failure(exc):

@@ -27,7 +27,7 @@ from celery.signals import (
 )
 
 from nahida_workers.celery.broker import install as install_redis_transport
-from nahida_workers.celery.config import RUN_SESSION, celery_config
+from nahida_workers.celery.config import RUN_SESSION, broker_priority, celery_config
 from nahida_workers.celery.shutdown import draining
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
 from nahida_workers.logs import clear_log_context
@@ -145,13 +145,16 @@ class CeleryTaskQueue:
     def __init__(self, celery_app: Celery) -> None:
         self._app = celery_app
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        """``send_task`` on the ``sessions`` queue with a deterministic task id."""
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
+        """``send_task`` on the ``sessions`` queue with a deterministic task id and a priority."""
         self._app.send_task(
             RUN_SESSION,
             args=[session_id],
             task_id=task_id,
             queue=SESSIONS_QUEUE,
+            priority=broker_priority(priority, self._app.conf.broker_url or ""),
             ignore_result=True,  # no result-backend subscription per published task
         )
 
@@ -185,8 +188,10 @@ def _keep_beat_secrets_in_memory(sender: Any = None, **_: Any) -> None:
 
 
 @worker_ready.connect(weak=False)
+@beat_init.connect(weak=False)
 def _expose_metrics(sender: Any = None, **_: Any) -> None:
-    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.
+    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.  Beat
+    # serves them too: the sweep's gauges and the fire counters are set there.
     process = _process_of_sender(sender)
     port = process.settings().metrics_port if process is not None else 0
     if port:

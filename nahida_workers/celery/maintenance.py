@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from nahida_workers import metrics
 from nahida_workers.constants import BROKER_RUN_ID_KEY
+from nahida_workers.core.records import OutboxRecord
+from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.ports import FleetState
+from nahida_workers.runtime.commits.team_release import release_stale_claims
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.runtime.wiring import Fleet
 
 __all__ = ["broker_reset", "run_id_changed", "sweep"]
+
+log = logging.getLogger(__name__)
 
 
 def broker_reset(current: Fleet) -> bool:
@@ -40,6 +47,15 @@ def run_id_changed(ledger: FleetState, run_id: str, *, at: datetime) -> bool:
     return previous is not None and previous != run_id
 
 
+def _publish_each(current: Fleet, records: Sequence[OutboxRecord]) -> None:
+    """Publish outbox rows a sweep step wrote; a broker error leaves one to the next sweep."""
+    for record in records:
+        try:
+            current.dispatcher.publish(record)
+        except Exception as exc:
+            log.warning("outbox %s not published (the next sweep will): %s", record.outbox_id, exc)
+
+
 def sweep(current: Fleet) -> dict[str, object]:
     """One sweep: publish the outbox, re-dispatch ownerless sessions, settle stuck ones."""
     report = Sweeper(
@@ -52,6 +68,13 @@ def sweep(current: Fleet) -> dict[str, object]:
         settle_after_s=current.settings.settle_after_s,
         broker_reset=lambda: broker_reset(current),
         runner=current.runner,
+        release_claims=lambda: release_stale_claims(
+            current.ledger,
+            team_ledger(current.ledger),
+            current.clock,
+            bound_s=current.settings.team_release_after_s,
+            publish=lambda records: _publish_each(current, records),
+        ),
     ).sweep()
     metrics.observe_sweep(report, current.ledger, current.leases)
     return {
@@ -59,4 +82,6 @@ def sweep(current: Fleet) -> dict[str, object]:
         "redispatched": list(report.redispatched),
         "settled": list(report.settled),
         "broker_reset": report.broker_reset,
+        "released": report.released,
+        "claims_released": [list(pair) for pair in report.claims_released],
     }

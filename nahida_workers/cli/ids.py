@@ -25,7 +25,7 @@ MIN_PREFIX = 4
 #: Shortest prefix a table shows.
 MIN_SHOWN = 8
 
-Kind = Literal["session", "run", "batch"]
+Kind = Literal["session", "run", "batch", "team"]
 
 
 def _common(a: str, b: str) -> int:
@@ -68,6 +68,7 @@ def resolve(ledger: SqlLedger, kind: Kind, text: str) -> str:
         "session": schema.sessions.c.session_id,
         "run": schema.agent_runs.c.run_id,
         "batch": schema.batches.c.batch_id,
+        "team": schema.teams.c.team_id,
     }[kind]
     text = text.strip()
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -26,6 +26,8 @@ from nahida_workers.cli.common import (
     DbOpt,
     JsonOpt,
     LocalOpt,
+    MaxRunningOpt,
+    PriorityOpt,
     err,
     ledger_for,
     out,
@@ -34,6 +36,7 @@ from nahida_workers.cli.common import (
 )
 from nahida_workers.cli.exits import ExitCode, classify, print_error
 from nahida_workers.cli.schedule_cmds import schedule_app
+from nahida_workers.cli.team_cmds import team_app
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.spec import JobSpec
@@ -75,6 +78,16 @@ def _repos(repo: list[Path], repos_from: Path | None) -> list[Path]:
     return list(dict.fromkeys(resolved))
 
 
+def with_dispatch(spec: "JobSpec", *, priority: int | None, max_running: int | None) -> "JobSpec":
+    """The job with ``--priority`` / ``--max-running`` applied (None keeps the job's)."""
+    update: dict[str, int] = {}
+    if priority is not None:
+        update["priority"] = priority
+    if max_running is not None:
+        update["max_running"] = max_running
+    return spec.model_copy(update=update) if update else spec
+
+
 @app.command()
 def batch(
     job: Annotated[Path, typer.Argument(help="Job file (YAML).")],
@@ -101,6 +114,8 @@ def batch(
         str | None, typer.Option(help="Provider base URL (with --provider).")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name (with --provider).")] = None,
+    priority: PriorityOpt = None,
+    max_running: MaxRunningOpt = None,
 ) -> None:
     """Run JOB once per repository; exit 0 only if every session completed."""
     from nahida_workers.cli.batch import BatchOptions, run_batch
@@ -109,6 +124,7 @@ def batch(
     spec = load_job(job)
     if provider is not None:
         spec = _with_provider(spec, provider, base_url, model)
+    spec = with_dispatch(spec, priority=priority, max_running=max_running)
     options = BatchOptions(
         job=spec,
         repos=_repos(repo, repos_from),
@@ -298,6 +314,7 @@ def tree(
 
 
 app.add_typer(schedule_app, name="schedule")
+app.add_typer(team_app, name="team")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)

@@ -77,11 +77,12 @@ class TaskRequest:
     isolation: TaskIsolation = TaskIsolation.SHARED
     resume: str | None = None
     area: str | None = None
+    name: str | None = None
 
 
 #: The reserved agent only the runtime starts (``core/policy/verification.py``).
 _RESERVED = "verifier"
-_ARGUMENTS = {"description", "prompt", "agent", "mode", "isolation", "resume", "area"}
+_ARGUMENTS = {"description", "prompt", "agent", "mode", "isolation", "resume", "area", "name"}
 
 
 def task_schema(agents: Sequence[str], *, areas: Sequence[str] | None = None) -> ToolSchema:
@@ -107,6 +108,12 @@ def task_schema(agents: Sequence[str], *, areas: Sequence[str] | None = None) ->
                 "mode": {"type": "string", "enum": [m.value for m in TaskMode]},
                 "isolation": {"type": "string", "enum": [i.value for i in TaskIsolation]},
                 "resume": {"type": "string", "description": "A child id to continue."},
+                "name": {
+                    "type": "string",
+                    "description": "Start a member of your team with this display name: it "
+                    "runs in the background, claims the team's tasks (TeamTaskClaim) and "
+                    "is addressed by the member id the result gives.",
+                },
             },
             "required": ["description", "prompt", "agent"],
             "additionalProperties": False,
@@ -140,7 +147,9 @@ def parse_task(
 
     ``resume`` must name a child of this session (checked by the runtime,
     which knows the tree); a resumed call is waited on like a foreground one
-    whatever its ``mode``.
+    whatever its ``mode``.  ``name`` starts a team member (DESIGN.md section 8):
+    it runs in the background (an explicit ``mode: foreground`` is refused,
+    as is ``resume``).
     """
     if call.arguments_error is not None:
         return f"Task arguments are not a JSON object: {call.arguments_error}"
@@ -148,16 +157,10 @@ def parse_task(
     unknown = sorted(set(args) - _ARGUMENTS)
     if unknown:
         return f"Task: unknown argument(s) {unknown}"
-    for name in ("description", "prompt", "agent"):
-        if not isinstance(args.get(name), str) or not args[name].strip():
-            return f"Task: {name!r} must be a non-empty string"
-    if args["agent"] == _RESERVED:
-        return "Task: the 'verifier' agent is reserved: the runtime starts it itself"
+    problem = _target_problem(args, agents, areas)
+    if problem is not None:
+        return problem
     area = args.get("area")
-    if area is not None and (not areas or area not in areas):
-        return f"Task: unknown area {area!r}; the job's areas: {list(areas or ())}"
-    if args["agent"] not in agents:
-        return f"Task: unknown agent {args['agent']!r}; known: {sorted(agents)}"
     try:
         mode = TaskMode(args.get("mode", TaskMode.FOREGROUND.value))
         isolation = TaskIsolation(args.get("isolation", TaskIsolation.SHARED.value))
@@ -168,9 +171,50 @@ def parse_task(
         return "Task: 'resume' must be a child session id"
     if resume is not None:
         mode = TaskMode.FOREGROUND  # a resumed call is waited on like a foreground one
+    member: str | None = None
+    if args.get("name") is not None:
+        problem = _member_problem(args["name"], args, resume)
+        if problem is not None:
+            return problem
+        mode, member = TaskMode.BACKGROUND, " ".join(str(args["name"]).split())
     return TaskRequest(
-        args["description"], args["prompt"], args["agent"], mode, isolation, resume, area
+        args["description"],
+        args["prompt"],
+        args["agent"],
+        mode,
+        isolation,
+        resume,
+        area=area,
+        name=member,
     )
+
+
+def _target_problem(
+    args: Mapping[str, Any], agents: Sequence[str], areas: Sequence[str] | None
+) -> str | None:
+    """Why the call's text fields, agent or area are invalid, or None."""
+    for name in ("description", "prompt", "agent"):
+        if not isinstance(args.get(name), str) or not args[name].strip():
+            return f"Task: {name!r} must be a non-empty string"
+    if args["agent"] == _RESERVED:
+        return "Task: the 'verifier' agent is reserved: the runtime starts it itself"
+    area = args.get("area")
+    if area is not None and (not areas or area not in areas):
+        return f"Task: unknown area {area!r}; the job's areas: {list(areas or ())}"
+    if args["agent"] not in agents:
+        return f"Task: unknown agent {args['agent']!r}; known: {sorted(agents)}"
+    return None
+
+
+def _member_problem(name: object, args: Mapping[str, Any], resume: object) -> str | None:
+    """Why a named (team member) Task call is invalid, or None."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 64:
+        return "Task: 'name' must be a non-empty string of at most 64 characters"
+    if resume is not None:
+        return "Task: a team member is started once; 'name' and 'resume' do not combine"
+    if args.get("mode", TaskMode.BACKGROUND.value) != TaskMode.BACKGROUND.value:
+        return "Task: a team member (with 'name') runs in the background; omit 'mode'"
+    return None
 
 
 @dataclass(frozen=True)
@@ -187,6 +231,7 @@ class ChildView:
             child is not terminal).
         background: a ``mode: background`` call: settled once the child exists.
         commit: the commit a worktree child's changes were committed as.
+        member_name: a team member's unique name (a named Task call).
     """
 
     call_id: str
@@ -198,6 +243,7 @@ class ChildView:
     run_id: str | None = None
     background: bool = False
     commit: str | None = None
+    member_name: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -269,6 +315,13 @@ def adopted_result(view: ChildView) -> tuple[ToolStatus, str]:
     """
     if view.refused is not None:
         return ToolStatus.ERROR, view.refused
+    if view.background and view.member_name is not None:
+        return ToolStatus.OK, (
+            f"Started team member {view.member_name}; its member id is on the next line.\n"
+            f"{view.session_id}\n"
+            "Address it by this id (SendMessage to=...). It claims and completes the team's "
+            "tasks (TeamTaskCreate adds them) and idles when none is claimable."
+        )
     if view.background:
         return ToolStatus.OK, (
             f"Started background child session {view.session_id}. Its completion arrives "

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 __all__ = [
     "CONTROL_SHAPES",
@@ -119,13 +119,31 @@ class HandoverControl(ControlShape):
 
 
 class ParkedControl(ControlShape):
-    """``parked``: the session waits for child sessions (section 8).
+    """``parked``: the session waits for child sessions, or on its team (section 8).
 
-    ``awaiting`` are the child session ids, ``calls`` the Task calls they answer.
+    ``awaiting`` are the child session ids, ``calls`` the Task calls they
+    answer; a park on a team names ``team`` and why it waits (``waiting_on``:
+    ``idle``, ``tasks`` or ``members``) instead.
     """
 
-    awaiting: list[str]
-    calls: list[str]
+    awaiting: list[str] | None = None
+    calls: list[str] | None = None
+    team: str | None = None
+    waiting_on: str | None = None
+
+    @model_validator(mode="after")
+    def _children_or_team(self) -> ParkedControl:
+        children = self.awaiting is not None and self.calls is not None
+        team = self.team is not None and self.waiting_on is not None
+        if children == team:
+            raise ValueError("a park names awaiting and calls, or team and waiting_on")
+        return self
+
+
+class TeamControl(ControlShape):
+    """``team``: the team gate told a session about work it holds or can claim (section 8)."""
+
+    nudge: str
 
 
 class WorkspaceBaseControl(ControlShape):
@@ -180,6 +198,7 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "stop_hook": StopHookControl,
     "recovery": RecoveryControl,
     "parked": ParkedControl,
+    "team": TeamControl,
     "lease": LeaseControl,
     "handover": HandoverControl,
     "workspace_base": WorkspaceBaseControl,

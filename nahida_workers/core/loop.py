@@ -66,6 +66,7 @@ from nahida_workers.core.policy import (
 from nahida_workers.core.policy.delegation import DelegationContract
 from nahida_workers.core.policy.verification import GatePolicy, VerifierView, workspace_base
 from nahida_workers.core.state import RunState
+from nahida_workers.core.team_gate import TeamNudge, TeamView, TeamWait, team_gate
 from nahida_workers.core.transcript import Projection
 from nahida_workers.core.verifier_steps import (
     AdoptVerdict,
@@ -92,6 +93,7 @@ __all__ = [
     "RunHooks",
     "Signals",
     "StartVerification",
+    "TeamWait",
     "decide",
     "final_text_for",
     "result_events",
@@ -168,6 +170,8 @@ class Signals:
             contract allows it.
         verifier: what became of the pending verifier child
             (``core/verifier_steps.py``); read only when one is pending.
+        team: the session's team as committed (``core/team_gate.py``); read
+            only at a candidate answer, None when it is in no team.
     """
 
     now: datetime
@@ -177,6 +181,7 @@ class Signals:
     children: Mapping[str, ChildView] = field(default_factory=dict)
     unfinished_children: tuple[str, ...] = ()
     verifier: VerifierView | None = None
+    team: TeamView | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,7 @@ Decision = (
     | RecordBase
     | StartVerification
     | AdoptVerdict
+    | TeamWait
 )
 
 
@@ -487,7 +493,7 @@ def _judge_candidate(
     answer = str(candidate.payload.get("text", ""))
     match action:
         case Settle():
-            return _settle(action, config, signals, answer)
+            return _settle(action, state, config, signals, answer)
         case ContinueWithInbox():
             return ClaimInbox()
         case RunStopHooks():
@@ -516,13 +522,27 @@ def _judge_candidate(
             raise AssertionError(f"unexpected policy action {action!r}")
 
 
-def _settle(action: Settle, config: LoopConfig, signals: Signals, answer: str) -> Finish:
-    """The policy's verdict -- never ``completed`` while a child it started is unfinished.
+def _settle(
+    action: Settle, state: RunState, config: LoopConfig, signals: Signals, answer: str
+) -> Decision:
+    """The policy's verdict -- unless the session's team is not done with it.
 
-    DESIGN.md section 8: a session whose background children
-    still run ends ``incomplete/children_unfinished`` unless the contract's
+    DESIGN.md section 8: a team session whose answer would complete it first
+    passes the team gate (``core/team_gate.py``): it is told about work it
+    holds or can claim, or it parks on the team (an idle member until work
+    or mail arrives, the lead until the graph is settled and its members
+    ended).  Otherwise a session whose background children still run ends
+    ``incomplete/children_unfinished`` unless the contract's
     ``allow_unfinished_children`` says the job does not depend on them.
     """
+    if action.state is TerminalState.COMPLETED and signals.team is not None:
+        gate = team_gate(signals.team)
+        if isinstance(gate, TeamWait):
+            return gate
+        if isinstance(gate, TeamNudge):
+            if state.turns >= config.max_steps:
+                return _finish(TerminalState.INCOMPLETE, ReasonCode.MAX_STEPS)
+            return _prompt(state, signals, {"kind": "team", "nudge": gate.kind}, gate.text, "team")
     if (
         action.state is TerminalState.COMPLETED
         and signals.unfinished_children

@@ -39,6 +39,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
+    "admission_groups",
     "agent_execution_receipts",
     "agent_run_events",
     "agent_runs",
@@ -50,7 +51,12 @@ __all__ = [
     "schedule_fires",
     "schedules",
     "session_inbox",
+    "session_todos",
     "sessions",
+    "team_members",
+    "team_task_log",
+    "team_tasks",
+    "teams",
 ]
 
 _metadata = MetaData()
@@ -109,11 +115,20 @@ sessions = Table(
     Column("depth", Integer, nullable=False, server_default=text("0")),
     Column("lineage_json", Json, nullable=True),
     Column("awaiting_json", Json, nullable=True),
+    # Added by migration 0009: the dispatch priority (0-9, 9 most urgent),
+    # the admission group whose cap the session counts against, and its
+    # admission state (``deferred``: parked by the cap, no message queued;
+    # ``released``: a slot was freed for it and its message published).
+    Column("priority", Integer, nullable=True),
+    Column("admission_group", String(100), nullable=True),
+    Column("admission", String(16), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
     Index("ix_sessions_batch", "batch_id"),
     Index("ix_sessions_status", "status"),
     Index("ix_sessions_parent", "parent_id"),
     Index("ix_sessions_root", "root_id"),
+    Index("ix_sessions_admission", "admission_group", "admission"),
+    Index("ix_sessions_group_status", "admission_group", "status"),
 )
 
 agent_runs = Table(
@@ -238,6 +253,19 @@ schedules = Table(
     # uq_schedules_live_name: a partial index, see _attach_partial_indexes
 )
 
+#: Added by migration 0009: the concurrency cap of an admission group (a
+#: batch, or every fire of a schedule): at most ``max_running`` of its
+#: sessions run at once; NULL or 0 = no cap.  Its row lock serialises
+#: admission and release within the group.
+admission_groups = Table(
+    "admission_groups",
+    _metadata,
+    Column("group_key", String(100), primary_key=True),
+    Column("max_running", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 #: One decision per (schedule, scheduled fire time): the primary key is what
 #: makes two beats, a restart or a repeated tick decide a fire once.
 schedule_fires = Table(
@@ -258,6 +286,91 @@ schedule_fires = Table(
     Column("detail_json", Json, nullable=False),
     Index("ix_schedule_fires_outcome", "outcome"),
     Index("ix_schedule_fires_batch", "batch_id"),
+)
+
+
+#: Added by migration 0011: teams (DESIGN.md section 8, ``ledger/sql_teams.py``).
+#: No foreign key to ``sessions``: a team write locks the team row first and
+#: never a session row it only names (a key-share lock there would order the
+#: locks the other way round from a member's seal).  Every row carries the
+#: tree's root id (a team commits on one shard, DESIGN.md section 2).
+teams = Table(
+    "teams",
+    _metadata,
+    Column("team_id", String(64), primary_key=True),
+    Column("lead_id", String(64), nullable=False),
+    Column("root_id", String(64), nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+#: The lead and the members; a session belongs to one team at most.
+team_members = Table(
+    "team_members",
+    _metadata,
+    Column("member_id", String(64), primary_key=True),
+    Column("team_id", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("display_name", String(200), nullable=False),
+    Column("agent", String(200), nullable=True),
+    Column("waiting_on", String(16), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("root_id", String(64), nullable=False),
+    UniqueConstraint("team_id", "name", name="uq_team_members_name"),
+    Index("ix_team_members_team", "team_id"),
+)
+
+#: The task graph: a claim is one conditional UPDATE of a row here.
+team_tasks = Table(
+    "team_tasks",
+    _metadata,
+    Column("team_id", String(64), primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("title", Text, nullable=False),
+    Column("description", Text, nullable=False),
+    Column("depends_on_json", Json, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("owner", String(64), nullable=True),
+    Column("claim_epoch", BigInteger, nullable=True),
+    Column("claimed_at", DateTime(timezone=True), nullable=True),
+    Column("stale_since", DateTime(timezone=True), nullable=True),
+    Column("result", Text, nullable=True),
+    Column("receipt_json", Json, nullable=True),
+    Column("created_by", String(300), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("root_id", String(64), nullable=False),
+    Index("ix_team_tasks_status", "status"),
+)
+
+#: The claim history: one row per change of a task, in its transaction.
+team_task_log = Table(
+    "team_task_log",
+    _metadata,
+    Column("entry_id", RowId, primary_key=True, autoincrement=True),
+    Column("team_id", String(64), nullable=False),
+    Column("task_id", String(64), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("member_id", String(64), nullable=True),
+    Column("epoch", BigInteger, nullable=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("detail_json", Json, nullable=False),
+    Column("root_id", String(64), nullable=False),
+    Index("ix_team_task_log_team", "team_id"),
+)
+
+#: A session's own checklist (``TodoWrite``), replaced whole by each write.
+session_todos = Table(
+    "session_todos",
+    _metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("items_json", Json, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("root_id", String(64), nullable=False),
 )
 
 

@@ -19,8 +19,16 @@ the right turn.  Running out of script is a :class:`ProviderError` with code
 A string argument of the exact form ``${result:CALL_ID:line:N}`` is replaced by
 line N (0-based) of the tool result of ``CALL_ID`` found in the request's
 transcript; ``${result:CALL_ID}`` by the whole result.  That lets a fixed plan
-read the README a previous Glob found.  An unresolvable reference becomes the
-empty string (the tool then reports its own error to the model).
+read the README a previous Glob found.  When a call id came back more than
+once (the loop renames a repeat ``CALL_ID#2``, ``#3`` ...), the reference is
+to the latest.  ``${call:CALL_ID}`` is replaced by the id that latest call
+was committed under (to name it, e.g. as a task's evidence).  An
+unresolvable reference becomes the empty string (the tool then reports its
+own error to the model).
+
+``repeat_from: N`` makes a run's turns a loop: after its last turn it is
+served turn N, N+1 ... again (a scripted team member claims, works and
+completes one task per cycle; DESIGN.md section 8).
 
 Other keys per turn: ``stop_reason`` (end_turn, max_tokens, refusal,
 pause_turn, ...), ``refusal`` (refusal text, as OpenAI sends it),
@@ -74,6 +82,9 @@ __all__ = [
 ]
 
 _REF = re.compile(r"^\$\{result:(?P<call>[^:}]+)(?::line:(?P<line>\d+))?\}$")
+_CALL_REF = re.compile(r"^\$\{call:(?P<call>[^:}]+)\}$")
+#: Where ``_results_by_call`` keeps the latest committed id of each script call id.
+_ID_KEY = "\0id:"
 
 
 class _Model(BaseModel):
@@ -111,10 +122,25 @@ class ScriptTurn(_Model):
 
 
 class Script(_Model):
-    """A whole script: turns served in order (``next_runs``: the turns of later runs)."""
+    """A whole script: turns served in order (``next_runs``: the turns of later runs).
+
+    ``repeat_from``: after the last turn of a run, serve its turns from this
+    index again, in a loop (None: the script is exhausted there).
+    """
 
     turns: tuple[ScriptTurn, ...]
     next_runs: tuple[tuple[ScriptTurn, ...], ...] = ()
+    repeat_from: int | None = Field(None, ge=0)
+
+    def turn_at(self, run_index: int, turn_index: int) -> ScriptTurn | None:
+        """The turn served for provider call ``turn_index`` of run ``run_index``, or None."""
+        turns = self.turns_of_run(run_index)
+        if turn_index < len(turns):
+            return turns[turn_index]
+        start = self.repeat_from
+        if start is None or start >= len(turns):
+            return None
+        return turns[start + (turn_index - len(turns)) % (len(turns) - start)]
 
     def turns_of_run(self, run_index: int) -> tuple[ScriptTurn, ...]:
         """The turns served to run ``run_index`` (0-based) of a session."""
@@ -214,11 +240,24 @@ def unknown_script_agents(provider: Mapping[str, Any], agents: set[str]) -> list
 
 
 def _results_by_call(request: ProviderRequest) -> dict[str, str]:
-    return {m.call_id: m.content for m in request.messages if isinstance(m, ToolResultMessage)}
+    """Result content by call id; a renamed repeat (``ID#2``) is also the latest ``ID``."""
+    found: dict[str, str] = {}
+    for message in request.messages:
+        if isinstance(message, ToolResultMessage):
+            found[message.call_id] = message.content
+            found[_ID_KEY + message.call_id] = message.call_id
+            base, mark, n = message.call_id.rpartition("#")
+            if mark and base and n.isdigit():
+                found[base] = message.content
+                found[_ID_KEY + base] = message.call_id
+    return found
 
 
 def _resolve(value: Any, results: Mapping[str, str]) -> Any:
     if isinstance(value, str):
+        named = _CALL_REF.match(value)
+        if named is not None:
+            return results.get(_ID_KEY + named["call"], "")
         match = _REF.match(value)
         if match is None:
             return value
@@ -333,14 +372,14 @@ class ScriptedProvider:
             ProviderError: the script has no turn at that index
                 (``script_exhausted``), or the turn is a scripted error.
         """
-        turns = self.script.turns_of_run(request.run_index)
-        if request.turn_index >= len(turns):
+        turn = self.script.turn_at(request.run_index, request.turn_index)
+        if turn is None:
+            count = len(self.script.turns_of_run(request.run_index))
             raise ProviderError(
-                f"script exhausted: no turn {request.turn_index} (script has {len(turns)})",
+                f"script exhausted: no turn {request.turn_index} (script has {count})",
                 retryable=False,
                 failure_code=FailureCode.SCRIPT_EXHAUSTED,
             )
-        turn = turns[request.turn_index]
         if turn.delay_s > 0:
             self._sleep(turn.delay_s)
         if turn.error is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
 from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import CompletionContract
@@ -261,15 +262,28 @@ class JobSpec(SessionSpec):
         name: the job's label in reports and listings (:func:`load_job` names a
             job file without one after its file).
         description: what the job does, in a line (a label, like ``name``).
+        priority: 0-9, 9 most urgent: the broker hands out a more urgent
+            job's sessions first, whatever was queued before them
+            (DESIGN.md section 1).
+        max_running: at most this many sessions of one batch of the job (of
+            all fires of a schedule) run at once; None: the fleet's default
+            (``NAHIDA_MAX_RUNNING_DEFAULT``); 0: no cap.
     """
 
     name: str
     description: str = ""
+    priority: int = Field(DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
+    max_running: int | None = Field(None, ge=0)
 
     def session_spec(self) -> SessionSpec:
         """The per-session part of the job."""
-        data = self.model_dump(exclude={"name", "description"})
+        data = self.model_dump(exclude={"name", "description", "priority", "max_running"})
         return SessionSpec.model_validate(data)
+
+    def cap(self, default: int) -> int | None:
+        """The job's concurrency cap: ``max_running``, else ``default``; None when uncapped."""
+        cap = default if self.max_running is None else self.max_running
+        return cap or None
 
 
 def load_job(path: str | Path) -> JobSpec:

@@ -81,16 +81,23 @@ class FakeClock:
 
 @dataclass
 class ListTaskQueue:
-    """Records ``publish_session`` calls: ``[(session_id, task_id), ...]``."""
+    """Records ``publish_session`` calls: ``[(session_id, task_id), ...]``.
+
+    ``priorities`` maps each published task id to the priority it was sent with.
+    """
 
     published: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
+    priorities: dict[str, int | None] = field(default_factory=dict)
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
         """Record a publish (or raise ``ConnectionError`` when ``fail``)."""
         if self.fail:
             raise ConnectionError("broker unavailable (test)")
         self.published.append((session_id, task_id))
+        self.priorities[task_id] = priority
 
 
 def scripted_spec(turns: Sequence[Mapping[str, Any]], **overrides: Any) -> SessionSpec:

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -116,26 +117,46 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
     assert interrupted == 2, "the two Bash calls in flight were settled as interrupted"
 
 
-def test_timeout_exits_5_with_the_resume_hint(tmp_path: Path) -> None:
+def test_timeout_exits_5_with_the_resume_hint_promptly_and_quietly(tmp_path: Path) -> None:
     marker = f"nahida-timeout-{uuid.uuid4().hex[:8]}"
     job = _slow_job(tmp_path, marker)
     repo = make_repo(tmp_path / "r")
     db = tmp_path / "l.sqlite3"
     base = ["batch", str(job), "--local", "--db", str(db), "--repo", str(repo)]
-    proc = _start([*base, "--timeout", "1"], tmp_path)
+    proc = _start([*base, "--timeout", "2"], tmp_path)
+    lines: list[tuple[float, str]] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            lines.append((time.monotonic(), raw.decode(errors="replace")))
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
         wait_for(lambda: marked_processes(marker), timeout=60, what="the Bash sleep")
         # The Bash call waits 60 s: an exit well before means nothing waited for it.
-        _out, err_bytes = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        exited = time.monotonic()
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in marked_processes(marker):
             os.kill(pid, signal.SIGKILL)
-    err = err_bytes.decode()
+    err = "".join(line for _at, line in lines)
     assert proc.returncode == 5, err
-    assert "timed out after 1s" in err and "--resume" in err and "Traceback" not in err
+    assert "timed out after 2s" in err and "--resume" in err and "Traceback" not in err
     assert marked_processes(marker) == []
+    (said,) = [at for at, line in lines if "timed out after" in line]
+    # As prompt as Ctrl-C: no wait for the worker threads' shutdown (it took 2-18 s).
+    assert exited - said < 1.0, f"exited {exited - said:.2f}s after the timeout message"
+    after = [line for at, line in lines if at >= said and "timed out after" not in line]
+    noise = [line for line in after if "WARNING" in line or "celery" in line.lower()]
+    assert not noise, f"log lines after the timeout message: {noise}"
+    ledger = SqlLedger(engine=make_engine(f"sqlite:///{db}"))
+    (session,) = ledger.sessions()
+    assert session.status is SessionStatus.RUNNING  # fenced, left for --resume
 
 
 def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:

@@ -47,10 +47,14 @@ ADAPTERS = (
 )
 
 #: The runtime modules that may open a ledger transaction: the owner's commit
-#: points, and the submission side that writes before any owner runs.
+#: points (a team session's are named in ``commits/team.py``), and the
+#: system's writes: the submission side that writes before any owner runs
+#: and the sweep's team step (``commits/team_release.py``).
 TRANSACTION_OWNERS = frozenset(
     {
         "nahida_workers.runtime.commits.points",
+        "nahida_workers.runtime.commits.team",
+        "nahida_workers.runtime.commits.team_release",
         "nahida_workers.runtime.dispatch.dispatcher",
         "nahida_workers.runtime.dispatch.inbox",
     }

@@ -44,7 +44,7 @@ from nahida_workers.core.records import (
     SessionRecord,
 )
 from nahida_workers.errors import WorkspaceUnavailableError
-from nahida_workers.ports import ChildLedger, Ledger
+from nahida_workers.ports import ChildLedger, Ledger, TeamLedger
 from nahida_workers.runtime.children.resume import (
     post_resume,
     resume_message_id,
@@ -53,6 +53,7 @@ from nahida_workers.runtime.children.resume import (
 )
 from nahida_workers.runtime.children.worktree import BASE_KEY, record_base
 from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.runtime.teams.join import join_team, member_name
 from nahida_workers.workspaces import WorktreeManager
 
 __all__ = [
@@ -104,6 +105,8 @@ class Spawner:
         limits: the fleet's child limits (settings).
         worktrees: makes the worktrees of ``isolation: worktree`` children
             (None: such calls are refused).
+        teams: the team port: a named Task call's child joins this session's
+            team (None: such calls are refused).
 
     Attributes:
         refused: call id -> the refusal text of a spawn the ledger refused
@@ -131,6 +134,7 @@ class Spawner:
         return self._link
 
     worktrees: WorktreeManager | None = None
+    teams: TeamLedger[Any] | None = None
 
     def request(self, call: ToolCall) -> TaskRequest | str:
         """The call's validated request, or the error the model sees."""
@@ -139,6 +143,10 @@ class Spawner:
         )
         if isinstance(request, str):
             return request
+        if request.name is not None:
+            problem = self._member_problem()
+            if problem is not None:
+                return problem
         if request.resume is not None:
             problem = resume_problem(self.children, self.session.session_id, request.resume)
             if problem is not None:
@@ -146,6 +154,15 @@ class Spawner:
         if request.isolation is TaskIsolation.WORKTREE and self.worktrees is None:
             return "Task: isolation 'worktree' is not available for this session; use 'shared'"
         return request
+
+    def _member_problem(self) -> str | None:
+        """Why this session may not start a team member, or None (DESIGN.md section 8)."""
+        if self.teams is None:
+            return "Task: team members ('name') are not available for this session"
+        own = self.teams.team_of(self.session.session_id)
+        if own is not None and own.team_id != self.session.session_id:
+            return "Task: a team member cannot start members; ask the lead (SendMessage)"
+        return None
 
     def spawn(
         self, tx: Any, run_id: str, events: Sequence[Event], now: datetime
@@ -193,6 +210,17 @@ class Spawner:
             self.refused.pop(call.call_id, None)
         if outcome is SpawnOutcome.CREATED and BASE_KEY in link.lineage:
             self.isolated.append((session.session_id, str(link.lineage[BASE_KEY])))
+        if request.name is not None and self.teams is not None and not outcome.refused:
+            join_team(
+                self.teams,
+                tx,
+                lead_id=self.session.session_id,
+                root_id=link.root_id or self.session.session_id,
+                member_id=session.session_id,
+                display_name=request.name,
+                agent=request.agent,
+                at=now,
+            )
         return outbox if outcome is SpawnOutcome.CREATED else None
 
     def _rows(
@@ -208,6 +236,8 @@ class Spawner:
         }
         if request.area is not None:
             lineage["area"] = request.area
+        if request.name is not None:
+            lineage["team_member"] = request.name
         if request.isolation is TaskIsolation.WORKTREE and self.worktrees is not None:
             lineage[BASE_KEY] = record_base(self.worktrees, self.session.workspace)
         child_spec = self.spec.child_spec(request.agent, request.prompt)
@@ -246,6 +276,9 @@ class Spawner:
             config=child_spec.model_dump(mode="json"),
             created_at=now,
             updated_at=now,
+            # A child runs at its parent's priority, under its parent's cap.
+            priority=self.session.priority,
+            admission_group=self.session.admission_group,
         )
         ancestors = [*parent.lineage.get("ancestors", []), self.session.session_id]
         link = ChildLink(
@@ -317,7 +350,12 @@ def child_views(
                 views[call.call_id] = ChildView(call.call_id, refused=text)
                 continue
         if request.mode is TaskMode.BACKGROUND:
-            views[call.call_id] = ChildView(call.call_id, session_id=cid, background=True)
+            named = None
+            if request.name is not None and spawner.teams is not None:
+                named = member_name(spawner.teams, cid) or request.name
+            views[call.call_id] = ChildView(
+                call.call_id, session_id=cid, background=True, member_name=named
+            )
             continue
         views[call.call_id] = _view_of(ledger, call.call_id, session)
     return views

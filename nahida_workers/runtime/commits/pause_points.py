@@ -8,9 +8,11 @@ worker's environment; the owner that reaches that point logs
 ``NAHIDA_*`` value) -- its lease heartbeat keeps running -- while the test SIGKILLs
 it.  The points: ``commit_turn`` (a turn with Task calls has committed its
 children, DESIGN.md section 8, and published them; the owner has not parked
-yet) and ``start_verifier`` (a verifier child and its ``verifier_started``
+yet), ``start_verifier`` (a verifier child and its ``verifier_started``
 event are committed and published, section 6; the owner has not parked
-yet).  Never set in production.
+yet) and ``team_claim`` (a team member has read the graph and not yet tried
+its claim: members that claim within the pause race for the same task,
+``tests/integration/test_team_refactor.py``).  Never set in production.
 """
 
 from __future__ import annotations

@@ -494,7 +494,10 @@ class CommitPoints:
             now,
             description=str(link.lineage.get("description", "")),
             final_text=finish.final_text,
-            background=link.lineage.get("mode") == "background",
+            # A team member's end is a fact that wakes a lead waiting for its
+            # members, never input for its next turn (DESIGN.md section 8).
+            background=link.lineage.get("mode") == "background"
+            and "team_member" not in link.lineage,
         )
         outbox = wake_outbox(parent, child, run.run_id, now)
         woke = post_completion(

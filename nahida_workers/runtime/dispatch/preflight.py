@@ -17,6 +17,7 @@ from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.runtime.wiring import provider_for, registry_for
 from nahida_workers.settings import Settings
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.team import SESSION_BOUND_TOOLS
 
 __all__ = ["check_agent", "check_spec"]
 
@@ -72,14 +73,15 @@ def _check_one(
     ``script``: check the provider and what its script calls (False for a
     profile on the job's own provider: that provider is checked as the job's).
     """
-    tools = tuple(t for t in spec.tools if t != TASK_TOOL)  # the runtime runs Task itself
+    # The runtime runs Task itself and binds the team tools to the session.
+    tools = tuple(t for t in spec.tools if t != TASK_TOOL and t not in SESSION_BOUND_TOOLS)
     registry = registry_for(spec.model_copy(update={"tools": tools}), settings)
     if not script:
         return registry
     close = getattr(provider_for(spec), "close", None)
     if callable(close):
         close()
-    offered = set(registry.names()) | ({TASK_TOOL} & set(spec.tools))
+    offered = set(registry.names()) | ({TASK_TOOL, *SESSION_BOUND_TOOLS} & set(spec.tools))
     if needs_artifact(spec.prompt, settings.inline_prompt_max_bytes):
         offered.add(PROMPT_ARTIFACT_TOOL)  # the runtime offers it for a stored prompt
     unknown = unknown_script_tools(spec.provider, offered)

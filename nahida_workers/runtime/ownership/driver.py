@@ -55,15 +55,17 @@ from nahida_workers.core.loop import (
     RunHooks,
     Signals,
     StartVerification,
+    TeamWait,
     decide,
     final_text_for,
 )
-from nahida_workers.core.messages import ToolCall
+from nahida_workers.core.messages import StopReason, ToolCall
 from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.policy.verification import VerifierView, pending_verifier
 from nahida_workers.core.receipts import idempotency_key
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus, RunRecord
 from nahida_workers.core.state import RunState
+from nahida_workers.core.team_gate import TeamView
 from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.children.spawn import child_views, completion_prefix
 from nahida_workers.runtime.children.verifier import verifier_view
@@ -76,11 +78,13 @@ from nahida_workers.runtime.ownership.outcome import HandedOver
 from nahida_workers.runtime.ownership.verifying import apply_verifier_step
 from nahida_workers.runtime.spec import SessionSpec, bound_limits, policy_limits
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.team import SESSION_BOUND_TOOLS
 
 if TYPE_CHECKING:
     from nahida_workers.core.records import SessionRecord
     from nahida_workers.ports import Provider
     from nahida_workers.runtime.ownership.delivery import DeliveryPorts
+    from nahida_workers.runtime.teams.session import TeamSession
 
 __all__ = ["STARTS_WORK", "RunDriver", "loop_config"]
 
@@ -151,6 +155,10 @@ class RunDriver:
         state: the run's committed state (it learns only what committed).
         run: the run row.
         registry: the tools the run may call.
+
+    Attributes:
+        team: the session's team, when it can be in one (set by the owner;
+            read at a candidate answer, DESIGN.md section 8).
     """
 
     def __init__(
@@ -180,7 +188,9 @@ class RunDriver:
             epoch=commits.fence.epoch,
             max_output_bytes=spec.limits.tool_output_max_bytes,
             session_id=session.session_id,
-            tools=tuple(spec.tools),
+            # A tool worker builds the registry by these names: never the tools
+            # the runtime runs or binds itself (Task, the team tools).
+            tools=tuple(t for t in spec.tools if t != TASK_TOOL and t not in SESSION_BOUND_TOOLS),
             bash_timeout_s=spec.limits.bash_timeout_s,
             should_abort=self._should_abort,
         )
@@ -196,6 +206,7 @@ class RunDriver:
         self._turn = _Turn()
         self._cancel_checked_at: float | None = None
         self.parked = False
+        self.team: TeamSession | None = None
 
     # -- the loop -----------------------------------------------------------------------
     def drive(self) -> None:
@@ -254,12 +265,29 @@ class RunDriver:
             children=self._children(),
             unfinished_children=self._unfinished(),
             verifier=self._verifier(),
+            team=self._team(),
         )
 
     def _verifier(self) -> VerifierView | None:
         """What became of the pending verifier child (section 6), when one is pending."""
         start = pending_verifier(self.state)
         return verifier_view(self.r.ledger, start.child) if start is not None else None
+
+    def _team(self) -> TeamView | None:
+        """The session's team, read only when the run's last step is a candidate answer."""
+        if self.team is None:
+            return None
+        last = self.state.last_of(
+            EventType.ASSISTANT_OUTPUT, EventType.TOOL_RESULT, EventType.USER_INPUT
+        )
+        if (
+            last is None
+            or last.type is not EventType.ASSISTANT_OUTPUT
+            or last.payload.get("call_ids")
+            or last.payload.get("stop_reason") == StopReason.PAUSE_TURN.value
+        ):
+            return None
+        return self.team.view()
 
     def _unfinished(self) -> tuple[str, ...]:
         """This session's children that have not ended (section 8), when it has a family."""
@@ -311,6 +339,8 @@ class RunDriver:
                 return self._apply_adopt(decision)
             case RecordBase() | StartVerification() | AdoptVerdict():
                 return apply_verifier_step(self, decision)
+            case TeamWait():
+                return self._apply_team_wait(decision)
             case unreachable:
                 assert_never(unreachable)
 
@@ -386,6 +416,26 @@ class RunDriver:
             self.parked = True
             return False
         return True
+
+    def _apply_team_wait(self, wait: TeamWait) -> bool:
+        """Section 8: park on the team -- or, when committed facts changed, decide again."""
+        assert self.team is not None  # a TeamWait needs a team view, which needs a team
+        if self.team.park(self.state, self.run.run_id, wait):
+            if self.commits.observer is not None:
+                self.commits.observer.committed([self.state.events[-1]])
+            log.info(
+                "run %s parked on team %s (%s)", self.run.run_id, wait.team_id, wait.waiting_on
+            )
+            self.parked = True
+            return False
+        self._refresh_inbox_and_cancel()
+        return True
+
+    def _refresh_inbox_and_cancel(self) -> None:
+        """After a refused park: the inbox count and cancel flag as committed now."""
+        session = self.r.ledger.get_session(self.session.session_id)
+        self.commits.cancel_seen = session is not None and session.cancel_requested_at is not None
+        self.commits.inbox_pending = sum(1 for m in self._pending_inbox() if m.next_turn)
 
     def _apply_adopt(self, adopt: AdoptChildren) -> bool:
         """Each child's outcome as its call's result, in call order; completions claimed."""

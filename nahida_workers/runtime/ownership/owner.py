@@ -34,6 +34,7 @@ from nahida_workers.errors import (
     WorktreeUnavailableError,
 )
 from nahida_workers.ledger.children import child_ledger
+from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.logs import bind_log_context
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
@@ -46,6 +47,7 @@ from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
 from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
+from nahida_workers.runtime.teams.wiring import TEAM_TOOL_NAMES, team_wiring
 from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.task_output import TaskOutput
 
@@ -110,6 +112,7 @@ class SessionOwner:
             _spec_of(self.session),
             self.r.child_limits,
             self.r.worktrees,
+            team_ledger(self.r.ledger),
         )
         return Family(
             children, spawner, self.session.parent_id, self.r.publish, self.r.inbox_limits
@@ -241,13 +244,18 @@ class SessionOwner:
         if not self._isolate(state, run):
             return False
         spec = _spec_of(self.session)
-        # Task is run by the runtime itself, not by a tool (runtime/children/spawn.py).
-        tools = tuple(t for t in spec.tools if t != TASK_TOOL)
+        # Task is run by the runtime itself, not by a tool (runtime/children/spawn.py);
+        # the team tools and TodoWrite are bound to this session (runtime/teams/).
+        tools = tuple(t for t in spec.tools if t != TASK_TOOL and t not in TEAM_TOOL_NAMES)
         registry, artifacts = offer_artifact_tool(
             self.r.registry_for(spec.model_copy(update={"tools": tools})),
             self.r.ledger.get_artifact,
             [*state.history, *state.events],
         )
+        team = team_wiring(self.r, self.session, spec, self.commits)
+        if team is not None:
+            for tool in team.tools:
+                registry = registry.with_tool(tool)
         family = self.commits.family
         if family is not None and TASK_TOOL in spec.tools:  # read children by id (section 8)
             registry = registry.with_tool(
@@ -269,6 +277,7 @@ class SessionOwner:
             )
             return False
         driver = RunDriver(self.r, self.session, spec, self.commits, state, run, registry)
+        driver.team = team.session if team is not None else None
         driver.drive()
         return driver.parked
 

@@ -86,6 +86,9 @@ def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
     [
         {"kind": "parked", "awaiting": "child-1", "calls": ["c1"]},
         {"kind": "parked", "calls": ["c1"]},
+        {"kind": "parked", "team": "t"},
+        {"kind": "parked", "awaiting": [], "calls": [], "team": "t", "waiting_on": "idle"},
+        {"kind": "team"},
         {"kind": "recovery", "epoch": "two", "closed": []},
         {"kind": "stop_hook", "candidate": 3},
         {"kind": "truncation", "attempt": [1]},
@@ -120,6 +123,8 @@ def test_every_control_kind_the_code_writes_has_a_shape_and_unknown_kinds_stay_o
 
     good = [
         {"kind": "parked", "awaiting": ["k1", "k2"], "calls": ["c1", "c2"]},
+        {"kind": "parked", "team": "lead-1", "waiting_on": "idle"},
+        {"kind": "team", "nudge": "claimable"},
         {"kind": "recovery", "epoch": 2, "rebuilt": [], "rerun": ["c1"], "closed": ["c2"]},
         {"kind": "stop_hook", "candidate": 4, "verdict": "block", "message": "m", "hook": "h"},
         {"kind": "truncation", "attempt": 1},
