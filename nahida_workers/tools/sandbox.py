@@ -227,9 +227,38 @@ class Sandbox:
             elif os.path.lexists(path):
                 # A device node reads on a --dev-bind mount only: /dev/null reads empty.
                 args += ["--dev-bind", "/dev/null", path]
+        args += _repository_binds(workspace)
         # Last: the workspace is writable even below a private or hidden directory.
         args += ["--bind", ws, ws, "--chdir", ws]
         return args
+
+
+def _repository_binds(workspace: Path) -> list[str]:
+    """A git worktree's repository, read-only: ``git log`` and ``git diff`` work in it.
+
+    A worktree's ``.git`` is a file naming its admin directory inside the
+    main repository's git directory, outside the workspace (perhaps under a
+    private ``/tmp``).  That git directory is bound read-only: history and
+    objects are readable, the repository's refs, config and hooks are not
+    writable (the launcher commits the session's changes itself).
+    """
+    pointer = workspace / ".git"
+    try:
+        if not pointer.is_file():
+            return []
+        line = pointer.read_text("utf-8", "replace").strip()
+        if not line.startswith("gitdir:"):
+            return []
+        admin = (workspace / line.removeprefix("gitdir:").strip()).resolve()
+        common_file = admin / "commondir"
+        common = (
+            (admin / common_file.read_text().strip()).resolve() if common_file.is_file() else admin
+        )
+    except OSError:
+        return []
+    if not common.is_dir() or common.is_relative_to(workspace):
+        return []
+    return ["--ro-bind", str(common), str(common)]
 
 
 def _resolver_binds() -> list[str]:

@@ -231,3 +231,22 @@ def marker() -> Iterator[str]:
     for pid in marked_processes(mark):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+
+
+def test_a_worktree_workspace_reads_its_repository_but_cannot_write_it(tmp_path: Path) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    main = tmp_path / "main"
+    main.mkdir()
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=main, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], cwd=main, check=True)
+    subprocess.run(
+        [*git, "worktree", "add", "-q", str(tmp_path / "wt"), "-b", "s"], cwd=main, check=True
+    )
+    ws = (tmp_path / "wt").resolve()
+    ctx = ToolContext(workspace=ws, run_id="r", call_id="c", idempotency_key="r:c")
+    read = bash("git log --oneline | wc -l; git status --short; echo new > f", ctx)
+    assert read.status is ToolStatus.OK and read.content.splitlines()[2] == "1", read.content
+    written = bash("git add f && git -c core.hooksPath=/x config core.fsmonitor evil", ctx)
+    assert written.status is ToolStatus.ERROR and "Read-only file system" in written.content
+    config = subprocess.run(["git", "config", "--list", "--local"], cwd=main, capture_output=True)
+    assert b"fsmonitor" not in config.stdout
