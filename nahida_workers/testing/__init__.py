@@ -8,7 +8,7 @@ module              owns
 ==================  ============================================================
 doubles.py          FakeClock, ListTaskQueue, scripted_spec, memory_runner,
                     run_inline, ThreadRemoteTools (re-exported here)
-tools.py            tools for tests and benchmarks (Sleep, Stamp, SendMessage ...),
+tools.py            tools for tests and benchmarks (Sleep, Stamp, SendNote ...),
                     registered through ``NAHIDA_EXTRA_TOOLS`` (``TEST_TOOL_PATHS``)
 fleet.py            real worker processes on the real Redis and PostgreSQL
 evaluation.py       the evaluation set runner behind ``nahida eval``

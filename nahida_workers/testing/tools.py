@@ -28,8 +28,8 @@ __all__ = [
     "Noop",
     "Probe",
     "ProbeLog",
-    "SendMessage",
-    "SendMessageNoId",
+    "SendNote",
+    "SendNoteNoId",
     "Sleep",
     "SleepLocal",
 ]
@@ -163,7 +163,7 @@ class Noop(Tool):
         return ToolOutcome(ToolStatus.OK, "ok", {"noop": True})
 
 
-class SendMessage(Tool):
+class SendNote(Tool):
     """A deliver-kind tool: "sends" a message by appending it to an outbox file.
 
     Arguments: ``{"outbox": str, "to": str, "text": str}``; ``outbox`` is a
@@ -174,7 +174,7 @@ class SendMessage(Tool):
     """
 
     spec = ToolSpec(
-        name="SendMessage",
+        name="SendNote",
         description="Send a message to a recipient (appended to the outbox file).",
         input_schema={
             "type": "object",
@@ -213,10 +213,10 @@ class SendMessage(Tool):
         return ToolOutcome(ToolStatus.OK, f"sent to {arguments['to']}", evidence)
 
 
-class SendMessageNoId(SendMessage):
-    """:class:`SendMessage` whose receipt lacks the external id (not delivery evidence)."""
+class SendNoteNoId(SendNote):
+    """:class:`SendNote` whose receipt lacks the external id (not delivery evidence)."""
 
-    spec = replace(SendMessage.spec, name="SendMessageNoId")
+    spec = replace(SendNote.spec, name="SendNoteNoId")
     reports_external_id: ClassVar[bool] = False
 
 
@@ -282,8 +282,8 @@ TEST_TOOL_PATHS: tuple[str, ...] = tuple(
         ExclusiveProbe,
         Noop,
         Probe,
-        SendMessage,
-        SendMessageNoId,
+        SendNote,
+        SendNoteNoId,
         Sleep,
         SleepLocal,
     )

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nahida_workers import worker_secrets
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.errors import ConfigError
 from nahida_workers.plugins import (
     TOOL_GROUP,
@@ -26,6 +27,7 @@ from nahida_workers.settings import Settings
 from nahida_workers.tools import default_tools
 from nahida_workers.tools.base import Placement, Tool, ToolRegistry
 from nahida_workers.tools.sandbox import Sandbox, sandbox_from
+from nahida_workers.tools.team import SESSION_BOUND_TOOLS
 
 __all__ = ["build_registry", "load_tool", "sandbox_for", "stop_hooks_of"]
 
@@ -71,6 +73,25 @@ def _registered_tool(name: str) -> Tool | None:
     if tool.spec.name != name:
         raise ConfigError(
             f"entry point {name!r} of {TOOL_GROUP!r} makes a tool named {tool.spec.name!r}"
+        )
+    return tool
+
+
+#: Names the runtime gives its own tools (Task, the team tools, TodoWrite): a
+#: registered tool of such a name would be shadowed or would shadow them.
+RESERVED_NAMES = frozenset((TASK_TOOL, *SESSION_BOUND_TOOLS))
+
+
+def _not_reserved(tool: Tool | None, where: str) -> Tool | None:
+    """``tool``, unless it takes a name the runtime reserves.
+
+    Raises:
+        ConfigError: the tool is named like one of :data:`RESERVED_NAMES`.
+    """
+    if tool is not None and tool.spec.name in RESERVED_NAMES:
+        raise ConfigError(
+            f"{where!r} makes a tool named {tool.spec.name!r}, a name the runtime reserves "
+            f"for its own tool ({', '.join(sorted(RESERVED_NAMES))})"
         )
     return tool
 
@@ -135,10 +156,11 @@ def build_registry(
     }
     for path in settings.extra_tools:
         tool = load_tool(path)
+        _not_reserved(tool, path)
         tools[tool.spec.name] = tool
     chosen: list[Tool] = []
     for name in names:
-        found = tools.get(name) or _registered_tool(name)
+        found = tools.get(name) or _not_reserved(_registered_tool(name), name)
         if found is None:
             known = set(tools) | set(entry_points_of(TOOL_GROUP))
             raise unknown_name_error("tool", name, known, TOOL_HOW)

@@ -81,8 +81,8 @@ PY = shlex.quote(sys.executable)
 #: an Edit that keeps the size within the same second would run stale bytecode.
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -B -m pytest -q -p no:cacheprovider"
 RUFF = f"{PY} -m ruff check --no-cache ."
-SEND = "SendMessage"  # registered in SETTINGS (NAHIDA_EXTRA_TOOLS)
-SEND_NO_ID = "SendMessageNoId"
+SEND = "SendNote"  # registered in SETTINGS (NAHIDA_EXTRA_TOOLS)
+SEND_NO_ID = "SendNoteNoId"
 SCHEMA = {
     "type": "object",
     "properties": {"count": {"type": "integer"}},
@@ -116,7 +116,7 @@ def edit(call_id: str, path: str, old: str, new: str) -> dict[str, Any]:
     return call(call_id, "Edit", path=path, old_string=old, new_string=new)
 
 
-def send(call_id: str, tool: str = "SendMessage") -> dict[str, Any]:
+def send(call_id: str, tool: str = "SendNote") -> dict[str, Any]:
     return call(call_id, tool, outbox="outbox.txt", to="ops", text="release is out")
 
 
@@ -486,7 +486,7 @@ RULES = [
     ),
     pytest.param(
         Rule(
-            [turn(send("s", "SendMessageNoId")), say("I sent it."), say("It was sent to ops.")],
+            [turn(send("s", "SendNoteNoId")), say("I sent it."), say("It was sent to ops.")],
             ("unverified", "evidence_missing", 3),
             controls=("correction:evidence",),
             spec=DELIVER,
@@ -852,7 +852,7 @@ RULES = [
     ),
     pytest.param(
         Rule(
-            [turn(send("s", "SendMessageNoId")), say("I sent the release note to ops.")],
+            [turn(send("s", "SendNoteNoId")), say("I sent the release note to ops.")],
             ("unverified", "claim_without_receipt", 2),
             spec={"tools": ("Read", SEND, SEND_NO_ID)},
         ),
@@ -1107,10 +1107,10 @@ def test_3_other_commands_verify_nothing(command: str) -> None:
 
 
 def test_send_message_appends_once_per_idempotency_key(tmp_path: Path) -> None:
-    from nahida_workers.testing.tools import SendMessage
+    from nahida_workers.testing.tools import SendNote
     from nahida_workers.tools.base import ToolContext
 
-    tool = SendMessage()
+    tool = SendNote()
     ctx = ToolContext(workspace=tmp_path, run_id="r", call_id="c", idempotency_key="r:c")
     arguments = {"outbox": "out/box.txt", "to": "ops", "text": "hi\nthere"}
     first = tool.execute(arguments, ctx)
