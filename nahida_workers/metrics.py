@@ -45,8 +45,10 @@ __all__ = [
     "TERMINAL_WITHOUT_TOOL_CALLS",
     "TOOL_CALLS",
     "TOOL_CALL_SECONDS",
+    "UNSANDBOXED_CALLS",
     "observe_commit",
     "observe_provider_call",
+    "observe_sandbox",
     "observe_sweep",
     "serve_metrics",
 ]
@@ -92,6 +94,17 @@ TOOL_CALL_SECONDS = Histogram(
     "Tool call duration from its receipt (started to finished).",
     ["tool"],
     buckets=BUCKETS,
+)
+UNSANDBOXED_CALLS = Counter(
+    "nahida_unsandboxed_tool_calls",
+    "Tool calls whose command ran without a sandbox (NAHIDA_SANDBOX=none), by tool.",
+    ["tool"],
+)
+SANDBOX = Gauge(
+    "nahida_sandbox",
+    "1 when this process runs tool commands in a sandbox; 0 when they run unsandboxed "
+    "(mode none) or are refused (mode bwrap, no sandbox can be made here).",
+    ["mode"],
 )
 PROVIDER_CALL_SECONDS = Histogram(
     "nahida_provider_call_seconds",
@@ -167,9 +180,16 @@ def observe_commit(seconds: float, events: Sequence[Any], receipts: Sequence[Any
         tool = str(event.payload.get("name") or "unknown")
         TOOL_CALLS.labels(tool, str(event.payload.get("status"))).inc()
         receipt = by_call.get(event.call_id)
+        if receipt is not None and receipt.evidence.get("sandbox") == "none":
+            UNSANDBOXED_CALLS.labels(tool).inc()
         if receipt is not None:
             spent = (receipt.finished_at - receipt.started_at).total_seconds()
             TOOL_CALL_SECONDS.labels(tool).observe(max(0.0, spent))
+
+
+def observe_sandbox(mode: str, available: bool) -> None:
+    """This process's sandbox: ``mode`` (``bwrap``/``none``), whether commands run in one."""
+    SANDBOX.labels(mode).set(1 if available else 0)
 
 
 def observe_provider_call(provider: str, model: str, seconds: float, usage: Any) -> None:

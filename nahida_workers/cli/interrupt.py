@@ -33,19 +33,21 @@ from nahida_workers.tools.processes import PROCESSES
 __all__ = ["exit_now", "kill_children", "run_interruptible", "stop_in_flight"]
 
 
-def kill_children() -> int:
+def kill_children(*, hold: bool = False) -> int:
     """Stop every process this CLI started, for good; returns how many kills landed.
 
     Closes the spawn gate of :data:`~nahida_workers.tools.processes.PROCESSES`
     (no Bash command starts after this), kills the registered Bash commands by
     process group and by pid, and every other descendant of this process by
     pid, re-scanning /proc until none is alive (about 1.5 s at most).
+    ``hold``: the process exits next without fencing its sessions, so the
+    tool threads must not report the kills (``ChildProcesses.hold_if_exiting``).
     """
-    return PROCESSES.stop_all(everything=True)
+    return PROCESSES.stop_all(everything=True, hold=hold)
 
 
 def _exit_now() -> None:
-    kill_children()
+    kill_children(hold=True)  # the first press may not have fenced anything yet
     sys.stderr.write("interrupted again: exiting now\n")
     sys.stderr.flush()
     os._exit(ExitCode.INTERRUPTED)

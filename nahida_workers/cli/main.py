@@ -355,8 +355,13 @@ def serve(
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /openapi.json) and the web view (/) until Ctrl-C."""
     from nahida_workers.api.server import run_server
+    from nahida_workers.worker_secrets import scrub_process_environment
 
-    run_server(settings_for(), host=host, port=port)
+    settings = settings_for()
+    # The token, the database URL and provider keys leave the environment
+    # (and /proc/PID/environ) before anything else runs, as in a worker.
+    scrub_process_environment()
+    run_server(settings, host=host, port=port)
 
 
 def _argv_errors(argv: list[str]) -> str | None:

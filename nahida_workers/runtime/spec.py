@@ -126,8 +126,8 @@ class SessionSpec(_Spec):
         tool_choice: auto / required / none.
         contract: the completion contract.
         limits: run bounds.
-        stop_hooks: ``module:function`` paths of stop hooks (see
-            ``runtime/ownership/hooks.py``).
+        stop_hooks: names of stop hooks the operator registered (see
+            ``runtime/ownership/hooks.py`` and ``nahida_workers/plugins.py``).
         channel: which user-visible events watchers see (``runtime/observe/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (DESIGN.md
             section 8); the built-in ``general`` and ``explore`` are always
@@ -135,6 +135,8 @@ class SessionSpec(_Spec):
             is reserved (``runtime/agents/builtin.py``).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
+        network: Bash's sandbox keeps the network (``--share-net``); default
+            False: no network at all (docs/security.md).
         goal: the session's goal, active from the start: it completes only
             through a verifier's PASS (``core/policy/goals.py``).
         delegation: the delegation contract (:class:`DelegationSpec`).
@@ -156,6 +158,7 @@ class SessionSpec(_Spec):
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
     agents: dict[str, AgentProfile] = Field(default_factory=dict, validate_default=True)
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = False
     goal: str | None = None
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
@@ -231,6 +234,7 @@ class SessionSpec(_Spec):
             channel=self.channel,
             agents=self.agents,
             parent_close=profile.parent_close,
+            network=profile.network,
         )
 
     def delegation_contract(self) -> DelegationContract:

@@ -21,6 +21,7 @@ from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
+from nahida_workers.plugins import StopHooks
 from nahida_workers.ports import Ledger, Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
@@ -134,8 +135,12 @@ def memory_runner(
     executor: ToolExecutor | None = None,
     provider_for: Callable[[SessionSpec], Provider] | None = None,
     registry_for: Callable[[SessionSpec], ToolRegistry] | None = None,
+    stop_hooks: StopHooks | None = None,
 ) -> SessionRunner:
-    """A :class:`SessionRunner` over in-memory ports (scripted provider by default)."""
+    """A :class:`SessionRunner` over in-memory ports (scripted provider by default).
+
+    ``stop_hooks``: the registered stop hooks (default: entry points only).
+    """
     clock = clock or FakeClock()
     return SessionRunner(
         ledger=ledger or MemoryLedger(),
@@ -144,6 +149,7 @@ def memory_runner(
         provider_for=provider_for or _provider_for,
         registry_for=registry_for or memory_registry,
         executor=executor or InlineExecutor(clock.now),
+        stop_hooks=stop_hooks or StopHooks(),
     )
 
 

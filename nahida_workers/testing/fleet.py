@@ -9,6 +9,7 @@ with real signals (SIGKILL, SIGSTOP).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
@@ -105,6 +107,7 @@ class Fleet:
                 "NAHIDA_LEASE_TTL_S": str(self.lease_ttl_s),
                 "NAHIDA_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
                 "NAHIDA_ENV_FILE": "/dev/null",
+                "NAHIDA_EXTRA_TOOLS": json.dumps(list(TEST_TOOL_PATHS)),
                 "PYTHONUNBUFFERED": "1",
                 **self.extra_env,
             }
@@ -114,7 +117,7 @@ class Fleet:
     def settings(self) -> Settings:
         """The same settings, as an object for the test process."""
         fields: dict[str, Any] = {
-            k[len("NAHIDA_") :].lower(): v
+            k[len("NAHIDA_") :].lower(): json.loads(v) if v.startswith("[") else v
             for k, v in self.env().items()
             if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"
         }

@@ -44,10 +44,11 @@ def _marked_shells(marker: str) -> set[int]:
     return leaders
 
 
-def _slow_job(tmp_path: Path, marker: str, stop_file: Path, *, name: str = "slow") -> Path:
-    """One Bash call that waits (60 s at most) until ``stop_file`` exists, then a final answer."""
+def _slow_job(tmp_path: Path, marker: str, *, name: str = "slow") -> Path:
+    """One Bash call that waits (60 s at most) until ``stop`` exists in its workspace
+    (the one directory the sandbox shares with it: :func:`_release`), then a final answer."""
     job = tmp_path / f"{name}.yaml"
-    command = f"for i in $(seq 600); do test -e {stop_file} && break; sleep 0.1; done # {marker}"
+    command = f"for i in $(seq 600); do test -e stop && break; sleep 0.1; done # {marker}"
     job.write_text(
         f"name: {name}\nprompt: go\ntools: [Bash]\nprovider:\n  kind: scripted\n  script:\n"
         "    turns:\n      - text: work\n        tool_calls:\n"
@@ -55,6 +56,12 @@ def _slow_job(tmp_path: Path, marker: str, stop_file: Path, *, name: str = "slow
         "      - text: done\n"
     )
     return job
+
+
+def _release(repos: list[Path]) -> None:
+    """Let every waiting command of :func:`_slow_job` in ``repos`` finish."""
+    for repo in repos:
+        (repo / "stop").write_text("")
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
@@ -70,8 +77,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, presses: int) -> None:
     marker = f"nahida-ctrlc-{uuid.uuid4().hex[:8]}"
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, marker, stop)
+    job = _slow_job(tmp_path, marker)
     repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
     db = tmp_path / "ledger.sqlite3"
     args = ["batch", str(job), "--local", "--db", str(db), "--workers", "2"]
@@ -98,7 +104,7 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
     statuses = sorted(s.status.value for s in ledger.sessions(batch_id=batch_id))
     assert statuses == ["queued", "running", "running"]
 
-    stop.write_text("")
+    _release(repos)
     resumed = nahida([*args, "--resume", batch_id[:8]], cwd=tmp_path, timeout=120)
     assert resumed.code == 0, resumed.output
     sessions = ledger.sessions(batch_id=batch_id)
@@ -113,8 +119,7 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
 
 def test_timeout_exits_5_with_the_resume_hint_promptly_and_quietly(tmp_path: Path) -> None:
     marker = f"nahida-timeout-{uuid.uuid4().hex[:8]}"
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, marker, stop)
+    job = _slow_job(tmp_path, marker)
     repo = make_repo(tmp_path / "r")
     db = tmp_path / "l.sqlite3"
     base = ["batch", str(job), "--local", "--db", str(db), "--repo", str(repo)]
@@ -155,11 +160,10 @@ def test_timeout_exits_5_with_the_resume_hint_promptly_and_quietly(tmp_path: Pat
 
 
 def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:
-    stop = tmp_path / "stop"
-    stop.write_text("")
-    job = _slow_job(tmp_path, "x", stop)
-    other_job = _slow_job(tmp_path, "y", stop, name="other")
+    job = _slow_job(tmp_path, "x")
+    other_job = _slow_job(tmp_path, "y", name="other")
     repos = [make_repo(tmp_path / f"r{i}") for i in range(2)]
+    _release(repos)
     db = tmp_path / "l.sqlite3"
     report = tmp_path / "rep.json"
     two = ["--repo", str(repos[0]), "--repo", str(repos[1])]
@@ -182,7 +186,7 @@ def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:
 
 def test_distributed_batch_with_no_worker_says_so(fleet: Fleet, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
-    job = _slow_job(tmp_path, "none", tmp_path)
+    job = _slow_job(tmp_path, "none")
     done = nahida(
         ["batch", str(job), "--repo", str(repo), "--timeout", "9"], cwd=tmp_path, env=fleet.env()
     )
@@ -207,8 +211,7 @@ def test_distributed_batch_rides_out_a_short_ledger_outage(
     fleet: Fleet, pg: SqlLedger, postgres_url: str, postgres_engine: Engine, tmp_path: Path
 ) -> None:
     """A 4 s outage (backends terminated, connections refused) while the batch waits."""
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, f"outage-{uuid.uuid4().hex[:6]}", stop)
+    job = _slow_job(tmp_path, f"outage-{uuid.uuid4().hex[:6]}")
     repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
     fleet.start_worker(queues="sessions", concurrency=3, name="s1")
     args = ["batch", str(job)]
@@ -234,7 +237,7 @@ def test_distributed_batch_rides_out_a_short_ledger_outage(
     finally:
         _set_connections(db_name, True)
         postgres_engine.dispose()  # its pooled connections were terminated too
-    stop.write_text("")
+    _release(repos)
     out, err = proc.communicate(timeout=120)
     text = out.decode() + err.decode()
     assert proc.returncode == 0, text
