@@ -20,7 +20,7 @@ import redis
 from rich.console import Console
 
 T = TypeVar("T")
-DELIVER = "nahida_workers.testing.tools:DeliverOnce"
+DELIVER = "DeliverOnce"  # registered by the test fleet (NAHIDA_EXTRA_TOOLS)
 TOOLS = ("Glob", "Read", "Grep", "Bash", DELIVER)
 LEASE_TTL_S = 2.0
 VISIBILITY_TIMEOUT_S = 8.0

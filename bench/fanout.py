@@ -56,8 +56,8 @@ from nahida_workers.runtime.wiring import build_registry, redis_client
 from nahida_workers.testing import ListTaskQueue, scripted_spec
 from nahida_workers.testing.fleet import Fleet, Worker, wait_for
 
-SLEEP = "nahida_workers.testing.tools:Sleep"
-SLEEP_LOCAL = "nahida_workers.testing.tools:SleepLocal"
+SLEEP = "Sleep"  # registered by the test fleet (NAHIDA_EXTRA_TOOLS)
+SLEEP_LOCAL = "SleepLocal"
 TARGET = 1.3
 
 

@@ -1,7 +1,7 @@
 """Throughput, latency and memory of the real distributed fleet (DESIGN.md section 1).
 
 Workload: bench/loop.py's -- per session 10 provider turns x 4 no-op tool
-calls (``nahida_workers.testing.tools:Noop``, loaded by import path so the
+calls (``nahida_workers.testing.tools:Noop``, registered by the test fleet so the
 workers can build it), then a final answer; zero-latency scripted provider.
 N sessions are dispatched (ledger row + outbox, then a publish) through the
 real Redis broker to 2 ``celery -A tasks worker -Q sessions`` processes; 1
@@ -50,7 +50,7 @@ from nahida_workers.ledger.sql import SqlLedger, make_engine
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, Worker
 
-NOOP = "nahida_workers.testing.tools:Noop"
+NOOP = "Noop"  # registered by the test fleet (NAHIDA_EXTRA_TOOLS)
 #: Growth of a worker's RSS between the checkpoint and the end that still
 #: counts as flat, in MB: allocator noise of these workers stayed under 1 MB
 #: from 100 to 500 sessions, while a leak of a few hundred bytes per tool call

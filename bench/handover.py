@@ -113,12 +113,11 @@ def run_mode(
     try:
         a = fleet.start_worker(name=f"{mode}-A", concurrency=args.sessions, pool=args.pool)
         dispatcher = fleet.dispatcher(ledger)
-        markers = [root / f"{mode}-marker-{i}.txt" for i in range(args.sessions)]
+        repos = [make_repo(root / f"{mode}-r{i}") for i in range(args.sessions)]
+        # Each session's marker is in its own workspace: the sandbox lets Bash write nowhere else.
+        markers = [repo / "marker.txt" for repo in repos]
         specs = [chain_spec(m, args.steps, args.step) for m in markers]
-        sids = [
-            submit(dispatcher, spec, make_repo(root / f"{mode}-r{i}"))
-            for i, spec in enumerate(specs)
-        ]
+        sids = [submit(dispatcher, spec, repo) for spec, repo in zip(specs, repos, strict=True)]
         wait_for(lambda: _running_on_a(ledger, sids), timeout=60, what="every session on A")
         b = fleet.start_worker(name=f"{mode}-B", concurrency=args.sessions, pool=args.pool)
         wait_for(lambda: _warm(b), timeout=30, what="B to warm up")

@@ -10,20 +10,25 @@ use, so the two never drift apart.  Units are in the names (``_S`` seconds,
 from __future__ import annotations
 
 __all__ = [
+    "BATCH_GROUP_TEMPLATE",
     "BROKER_RUN_ID_KEY",
     "CANCEL_POLL_S",
     "DEFAULT_LEASE_TTL_S",
     "DEFAULT_LEDGER_OUTAGE_S",
     "DEFAULT_LEDGER_SEAL_OUTAGE_S",
+    "DEFAULT_MAX_RUNNING",
     "DEFAULT_POISON_AFTER_CRASHES",
+    "DEFAULT_PRIORITY",
     "DEFAULT_PROVIDER_API_KEY_ENV",
     "DEFAULT_PROVIDER_BASE_URLS",
     "EPOCH_CHECK_RETRY_S",
     "EVENT_STREAM_KEY_TEMPLATE",
     "LEASE_KEY_TEMPLATE",
     "LEASE_OUTAGE_RETRY_S",
+    "MAX_PRIORITY",
     "RUN_SESSION",
     "RUN_TOOL_CALL",
+    "SCHEDULE_GROUP_TEMPLATE",
     "SCHEDULE_TICK",
     "SESSIONS_QUEUE",
     "SWEEP",
@@ -51,6 +56,18 @@ RUN_SESSION = "nahida.run_session"
 RUN_TOOL_CALL = "nahida.run_tool_call"
 SWEEP = "nahida.sweep"
 SCHEDULE_TICK = "nahida.schedule_tick"
+
+# -- dispatch priority and admission (DESIGN.md section 1) -------------------------
+#: Session priorities run from 0 to this; higher is taken from the queue first.
+MAX_PRIORITY = 9
+#: The priority of a session whose job names none.
+DEFAULT_PRIORITY = 5
+#: Admission group of a batch's sessions (and its children).
+BATCH_GROUP_TEMPLATE = "batch:{batch_id}"
+#: Admission group of every fire of a schedule (one cap across its fires).
+SCHEDULE_GROUP_TEMPLATE = "schedule:{schedule_id}"
+#: How many sessions of one group run at once when its job names no cap.
+DEFAULT_MAX_RUNNING = 8
 
 # -- ledger keys ----------------------------------------------------------------------
 #: ``fleet_state`` key holding the broker's Redis run id (the sweeper's reset check).

@@ -1,7 +1,11 @@
 """Worker logs that say which session, run and trace each line belongs to.
 
 The session runner binds the ids of the run it is driving
-(:func:`bind_log_context`, a context variable: per thread, per task); a
+(:func:`bind_log_context`, a context variable: per thread, per task), and
+every Celery task starts and ends with none bound (:func:`clear_log_context`
+on ``task_prerun`` and ``task_postrun``, ``celery/app.py``): a pool thread
+reused by the next task -- a ``schedule_tick`` after a session -- never
+carries the previous task's ids; a
 :class:`ContextFilter` on every handler copies them onto each record, and
 ``NAHIDA_LOG_FORMAT=json`` swaps the formatter for :class:`JsonFormatter`
 (one JSON object per line).  The text format appends ``[session=... run=...
@@ -20,6 +24,7 @@ __all__ = [
     "JsonFormatter",
     "TextFormatter",
     "bind_log_context",
+    "clear_log_context",
     "configure_logging",
 ]
 
@@ -37,6 +42,11 @@ def bind_log_context(**ids: str | None) -> None:
     current = dict(_CONTEXT.get() or {})
     current.update(ids)
     _CONTEXT.set(current)
+
+
+def clear_log_context() -> None:
+    """Unbind every id of this thread/task (a task boundary: nothing carries over)."""
+    _CONTEXT.set(None)
 
 
 class ContextFilter(logging.Filter):

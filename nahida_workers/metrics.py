@@ -45,8 +45,10 @@ __all__ = [
     "TERMINAL_WITHOUT_TOOL_CALLS",
     "TOOL_CALLS",
     "TOOL_CALL_SECONDS",
+    "UNSANDBOXED_CALLS",
     "observe_commit",
     "observe_provider_call",
+    "observe_sandbox",
     "observe_sweep",
     "serve_metrics",
 ]
@@ -92,6 +94,17 @@ TOOL_CALL_SECONDS = Histogram(
     "Tool call duration from its receipt (started to finished).",
     ["tool"],
     buckets=BUCKETS,
+)
+UNSANDBOXED_CALLS = Counter(
+    "nahida_unsandboxed_tool_calls",
+    "Tool calls whose command ran without a sandbox (NAHIDA_SANDBOX=none), by tool.",
+    ["tool"],
+)
+SANDBOX = Gauge(
+    "nahida_sandbox",
+    "1 when this process runs tool commands in a sandbox; 0 when they run unsandboxed "
+    "(mode none) or are refused (mode bwrap, no sandbox can be made here).",
+    ["mode"],
 )
 PROVIDER_CALL_SECONDS = Histogram(
     "nahida_provider_call_seconds",
@@ -167,9 +180,16 @@ def observe_commit(seconds: float, events: Sequence[Any], receipts: Sequence[Any
         tool = str(event.payload.get("name") or "unknown")
         TOOL_CALLS.labels(tool, str(event.payload.get("status"))).inc()
         receipt = by_call.get(event.call_id)
+        if receipt is not None and receipt.evidence.get("sandbox") == "none":
+            UNSANDBOXED_CALLS.labels(tool).inc()
         if receipt is not None:
             spent = (receipt.finished_at - receipt.started_at).total_seconds()
             TOOL_CALL_SECONDS.labels(tool).observe(max(0.0, spent))
+
+
+def observe_sandbox(mode: str, available: bool) -> None:
+    """This process's sandbox: ``mode`` (``bwrap``/``none``), whether commands run in one."""
+    SANDBOX.labels(mode).set(1 if available else 0)
 
 
 def observe_provider_call(provider: str, model: str, seconds: float, usage: Any) -> None:
@@ -191,13 +211,15 @@ def observe_sweep(report: Any, ledger: Any, leases: Any) -> None:
     SWEEPER_ACTIONS.labels("redispatched").inc(len(report.redispatched))
     SWEEPER_ACTIONS.labels("settled").inc(len(report.settled))
     SWEEPER_ACTIONS.labels("broker_reset").inc(int(report.broker_reset))
-    SWEEPER_ACTIONS.labels("team_claims_released").inc(len(report.released))
-    queued = ledger.sessions(statuses=[SessionStatus.QUEUED])
-    SESSIONS_QUEUED.set(len(queued))
+    SWEEPER_ACTIONS.labels("team_claims_released").inc(len(report.claims_released))
+    SWEEPER_ACTIONS.labels("released").inc(getattr(report, "released", 0))
+    # Counts, not rows: a sweep behind a backlog of thousands stays cheap.
+    counts = ledger.session_counts()
+    queued, oldest = counts.get(SessionStatus.QUEUED, (0, None))
+    SESSIONS_QUEUED.set(queued)
     now = datetime.now(UTC)
-    oldest = min((s.updated_at or s.created_at for s in queued), default=None)
     OLDEST_QUEUED_SECONDS.set(0.0 if oldest is None else (now - oldest).total_seconds())
-    SESSIONS_PARKED.set(len(ledger.sessions(statuses=[SessionStatus.WAITING])))
+    SESSIONS_PARKED.set(counts.get(SessionStatus.WAITING, (0, None))[0])
     running = ledger.sessions(statuses=[SessionStatus.RUNNING])
     LEASES_HELD.set(sum(1 for s in running if leases.holder(s.session_id) is not None))
 

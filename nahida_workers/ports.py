@@ -58,6 +58,7 @@ from nahida_workers.core.teams import (
 )
 
 __all__ = [
+    "AdmissionLedger",
     "ArtifactStore",
     "ChildLedger",
     "Clock",
@@ -441,9 +442,22 @@ class LedgerReader(Protocol):
         ...
 
     def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+        self,
+        *,
+        batch_id: str | None = None,
+        statuses: Sequence[SessionStatus] | None = None,
+        updated_before: datetime | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, optionally filtered, oldest first."""
+        """Sessions, optionally filtered (``updated_before``: last changed before), oldest first."""
+        ...
+
+    def session_counts(self) -> dict[SessionStatus, tuple[int, datetime | None]]:
+        """Per status: how many sessions, and the oldest ``updated_at`` among them.
+
+        A count, not the rows: the sweeper's gauges read it behind a backlog
+        of thousands of queued sessions (DESIGN.md section 1: control work
+        stays cheap however busy the fleet is).
+        """
         ...
 
     def batches(self) -> list[BatchRecord]:
@@ -706,6 +720,57 @@ class LeaseStore(Protocol):
 class TaskQueue(Protocol):
     """Publishing work to the broker (Celery in production, a list in tests)."""
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        """Enqueue ``run_session(session_id)`` on the ``sessions`` queue."""
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
+        """Enqueue ``run_session(session_id)`` on the ``sessions`` queue.
+
+        ``priority``: 0-9, 9 most urgent (None: the default); a broker that
+        supports priorities hands out higher ones first, FIFO within one.
+        """
+        ...
+
+
+class AdmissionLedger(Protocol):
+    """Per-group concurrency caps, decided in the ledger (DESIGN.md section 1).
+
+    Each method is its own commit, serialised per group (the group's row
+    lock; the twin's one lock), so an admission and a release of one group
+    never interleave: a session deferred just as a slot frees is released by
+    that release, never forgotten.  The rules are ``core/capacity.py``.
+    """
+
+    def set_cap(self, group: str, max_running: int | None, *, at: datetime) -> None:
+        """Create or update ``group`` with its cap (None or 0: no cap)."""
+        ...
+
+    def admit(self, session_id: str, *, at: datetime) -> bool:
+        """Start the session under its group's cap, or defer it.
+
+        Admitted: status ``running`` (it counts against the cap from now on)
+        and its admission state cleared.  Deferred: status ``queued`` and
+        admission ``deferred``; it holds no slot and no message is queued for
+        it until :meth:`release` picks it.  A session with no group, a group
+        with no cap, or a finished session is admitted (a no-op).
+
+        Raises:
+            NotFoundError: no such session.
+        """
+        ...
+
+    def release(self, group: str, *, at: datetime, new_id: Callable[[], str]) -> list[OutboxRecord]:
+        """Release as many deferred sessions as ``group`` has room for.
+
+        Most urgent first, then oldest; each gets admission ``released`` and an
+        outbox row (ids from ``new_id``) in the same commit.  Returns the
+        outbox rows to publish.
+        """
+        ...
+
+    def deferred_groups(self) -> list[str]:
+        """Groups that hold deferred sessions (the sweeper releases them if room is left)."""
+        ...
+
+    def running(self, group: str) -> int:
+        """How many sessions of ``group`` are running now."""
         ...

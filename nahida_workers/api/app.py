@@ -32,13 +32,20 @@ UNGATED = frozenset({"/healthz", "/login", "/openapi.json", "/docs", "/docs/oaut
 
 
 def registered_tools(settings: Settings) -> frozenset[str]:
-    """The tool names a job posted over the API may name: built-ins, the operator's, ``Task``."""
+    """The tool names a job posted over the API may name (what a registry is built from).
+
+    The built-in tools, the operator's ``NAHIDA_EXTRA_TOOLS``, the installed
+    ``nahida.tools`` entry points (:mod:`nahida_workers.tools.registration`)
+    and ``Task``, which the runtime runs itself.
+    """
     from nahida_workers.core.children import TASK_TOOL
-    from nahida_workers.runtime.wiring import load_tool
+    from nahida_workers.plugins import TOOL_GROUP, entry_points_of
     from nahida_workers.tools import default_tools
+    from nahida_workers.tools.registration import load_tool
 
     names = {tool.spec.name for tool in default_tools()}
     names |= {load_tool(path).spec.name for path in settings.extra_tools}
+    names |= set(entry_points_of(TOOL_GROUP))
     return frozenset({*names, TASK_TOOL})
 
 

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.policy.delegation import DelegationMode
@@ -217,6 +218,7 @@ class AgentProfileIn(_In):
     contract: ContractIn = Field(default_factory=lambda: ContractIn())
     limits: Limits | None = Field(default_factory=Limits, description="``null``: the parent's.")
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = Field(False, description="Bash may use the network (NAHIDA_API_ALLOW_NETWORK).")
 
     _unique_tools = field_validator("tools")(_unique)
 
@@ -252,6 +254,12 @@ class JobIn(_In):
 
     name: str = Field("api", max_length=200, description="A label; not part of the session.")
     description: str = Field("", max_length=2000)
+    priority: int = Field(
+        DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY, description="9 is the most urgent."
+    )
+    max_running: int | None = Field(
+        None, ge=0, description="Sessions of one batch running at once (0: no cap)."
+    )
     prompt: str = Field(description="The first user input.")
     system_prompt: str | None = None
     provider: ProviderIn
@@ -275,6 +283,7 @@ class JobIn(_In):
         description="By name; `general` and `explore` are built in, `verifier` is reserved.",
     )
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = Field(False, description="Bash may use the network (NAHIDA_API_ALLOW_NETWORK).")
     goal: str | None = Field(None, description="Completes only through a verifier's PASS.")
     delegation: DelegationIn = Field(default_factory=lambda: DelegationIn())
     verification: VerificationIn = Field(default_factory=lambda: VerificationIn())

@@ -136,6 +136,9 @@ def _policy(document: dict[str, Any], settings: Settings, tools: list[str]) -> N
                 _string_branch(props[field])["enum"] = sorted(allowed)
             else:  # nothing allowed: the field may not be named
                 props[field] = {"type": "null", "description": props[field].get("description")}
+    if not settings.api_allow_network:  # only false is taken (NAHIDA_API_ALLOW_NETWORK)
+        for model in ("JobIn", "AgentProfileIn"):
+            schemas[model]["properties"]["network"]["const"] = False
     stop_hooks = schemas["JobIn"]["properties"]["stop_hooks"]
     if hooks:
         stop_hooks["items"]["enum"] = sorted(hooks)

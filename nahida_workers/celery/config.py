@@ -12,7 +12,10 @@ from typing import Any
 
 from kombu.entity import Exchange, Queue
 
+from nahida_workers.celery.beat import aligned
 from nahida_workers.constants import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
     RUN_SESSION,
     RUN_TOOL_CALL,
     SCHEDULE_TICK,
@@ -22,7 +25,18 @@ from nahida_workers.constants import (
 )
 from nahida_workers.settings import Settings
 
-__all__ = ["RUN_SESSION", "RUN_TOOL_CALL", "SCHEDULE_TICK", "SWEEP", "celery_config"]
+__all__ = [
+    "BEAT_SCHEDULER",
+    "RUN_SESSION",
+    "RUN_TOOL_CALL",
+    "SCHEDULE_TICK",
+    "SWEEP",
+    "broker_priority",
+    "celery_config",
+]
+
+#: Beat's scheduler class: it runs the tick and the sweep in beat itself.
+BEAT_SCHEDULER = "nahida_workers.celery.beat:LedgerScheduler"
 
 
 def _transport_options(settings: Settings) -> dict[str, Any]:
@@ -42,10 +56,29 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
         # The in-process broker is polled; kombu's 1 s default made embedded
         # sessions wait a second in the queue.
         transport = {"polling_interval": 0.01}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        # One Redis list per priority, popped most urgent first (kombu's
+        # priority steps; the consumer's BRPOP names them in this order).
+        transport["priority_steps"] = list(range(MAX_PRIORITY + 1))
+        transport["queue_order_strategy"] = "priority"
     if settings.broker_url.startswith(("redis://", "rediss://")) and settings.broker_key_prefix:
         # Separate fleets (and test runs) can share one Redis database.
         transport["global_keyprefix"] = settings.broker_key_prefix
     return transport
+
+
+def broker_priority(priority: int | None, broker_url: str) -> int:
+    """The message priority a session of ``priority`` (0-9, 9 most urgent) is sent with.
+
+    kombu's Redis transport pops priority 0 first (its lists are read in
+    ascending step order), so the scale is reversed there; brokers with
+    native priorities (AMQP ``x-max-priority``) take it as it is.  None is
+    :data:`DEFAULT_PRIORITY`.
+    """
+    level = DEFAULT_PRIORITY if priority is None else max(0, min(MAX_PRIORITY, priority))
+    if broker_url.startswith(("redis://", "rediss://")):
+        return MAX_PRIORITY - level
+    return level
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -60,6 +93,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": True,
         "worker_prefetch_multiplier": 1,
+        # A task sent from a session task (a follow-up delivery, a retry, a
+        # fanned-out tool call) keeps the session's priority.
+        "task_inherit_parent_priority": True,
         # Outcomes live in the ledger and tool results travel on their own
         # Redis lists: nobody reads a task result, and a publisher that asks
         # for one subscribes to the result backend per task (a pubsub channel
@@ -87,15 +123,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": False,
         "worker_send_task_events": True,
         "result_expires": 3600,
+        # Beat runs these two itself (celery/beat.py): control work is decided
+        # where the clock is, never behind session work (DESIGN.md section 1).
+        # User schedules live in the ledger; beat only ticks (section 8).
+        "beat_scheduler": BEAT_SCHEDULER,
         "beat_schedule": {
             "nahida-sweep": {"task": SWEEP, "schedule": settings.sweeper_interval_s},
-            # User schedules live in the ledger; beat only ticks (DESIGN.md section 8).  A
-            # tick that waited in the queue past the next one is dropped: the
-            # next tick decides the same fires.
+            # At whole multiples of the tick since the epoch, where fires fall.
             "nahida-schedule-tick": {
                 "task": SCHEDULE_TICK,
-                "schedule": settings.schedule_tick_s,
-                "options": {"expires": max(1.0, 2 * settings.schedule_tick_s)},
+                "schedule": aligned(settings.schedule_tick_s),
             },
         },
         "worker_hijack_root_logger": False,

@@ -82,5 +82,6 @@ def sweep(current: Fleet) -> dict[str, object]:
         "redispatched": list(report.redispatched),
         "settled": list(report.settled),
         "broker_reset": report.broker_reset,
-        "released": [list(pair) for pair in report.released],
+        "released": report.released,
+        "claims_released": [list(pair) for pair in report.claims_released],
     }

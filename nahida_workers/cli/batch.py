@@ -36,8 +36,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from nahida_workers.cli.exits import ExitCode, is_delivery_failure, redact_url
-from nahida_workers.cli.interrupt import run_interruptible, stop_in_flight
+from nahida_workers.cli.interrupt import exit_now, run_interruptible, stop_in_flight
 from nahida_workers.cli.report import batch_report
+from nahida_workers.constants import BATCH_GROUP_TEMPLATE
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import UserError
 from nahida_workers.runtime.agents.discover import with_agents
@@ -122,11 +123,10 @@ def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str)
             message names what differs).
     """
     wanted = batch_spec(options)
-    job = recorded.get("job", recorded)  # older batches recorded the job only
-    if job != wanted["job"]:
-        keys = sorted(
-            k for k in set(job) | set(wanted["job"]) if job.get(k) != wanted["job"].get(k)
-        )
+    job = _current(recorded.get("job", recorded))  # older batches recorded the job only
+    wanted_job = _current(wanted["job"])
+    if job != wanted_job:
+        keys = sorted(k for k in set(job) | set(wanted_job) if job.get(k) != wanted_job.get(k))
         raise UserError(
             f"--resume {batch_id}: the job differs from the batch's ({', '.join(keys)}); "
             "resume with the job file the batch started with"
@@ -139,6 +139,22 @@ def check_resume(recorded: dict[str, Any], options: BatchOptions, batch_id: str)
             f"--resume {batch_id}: the repository list differs from the batch's "
             f"({added} added, {missing} missing); resume with the same --repo/--repos-from"
         )
+
+
+#: Job fields ``--resume`` may change: how the rest is scheduled, not what it does.
+RESCHEDULABLE = frozenset({"priority", "max_running"})
+
+
+def _current(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as compared by ``--resume``: as this version dumps it, without :data:`RESCHEDULABLE`.
+
+    Fields added since an older batch recorded its job get their defaults.
+    """
+    try:
+        job = JobSpec.model_validate(job).model_dump(mode="json")
+    except ValueError:  # no longer valid: compared as recorded (and so refused)
+        pass
+    return {k: v for k, v in job.items() if k not in RESCHEDULABLE}
 
 
 def run_batch(options: BatchOptions, settings: Settings, console: Console, err: Console) -> int:
@@ -183,11 +199,28 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
         with embedded_worker(celery_app, concurrency=options.workers):
             code = body()
             if code == ExitCode.TIMED_OUT:
-                # Do not wait for in-flight tool calls: fence and stop them;
-                # --resume settles them (interrupted, outcome unknown).
+                # As Ctrl-C does (cli/interrupt.py): fence and stop the sessions
+                # in flight (--resume settles their calls: interrupted, outcome
+                # unknown), report, and leave without waiting for the worker
+                # threads -- their shutdown took seconds and logged warnings.
                 stop_in_flight(fleet, batch_id, fence=True)
+                code = _conclude(code, fleet, batch_id, started, options, settings, console)
+                exit_now(code)
     else:
         code = body()
+    return _conclude(code, fleet, batch_id, started, options, settings, console)
+
+
+def _conclude(
+    code: int,
+    fleet: Fleet,
+    batch_id: str,
+    started: datetime,
+    options: BatchOptions,
+    settings: Settings,
+    console: Console,
+) -> int:
+    """Write the report, print the table and the summary; returns the final exit code."""
     data = _read(settings, lambda: batch_report(fleet.ledger, batch_id, started_at=started))
     path = options.report or Path("reports") / f"batch-{batch_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,15 +240,26 @@ def _read(settings: Settings, read: Callable[[], T]) -> T:
 
 
 def _open_batch(fleet: Fleet, options: BatchOptions, settings: Settings) -> str:
+    """Create the batch (or find the one to resume) and set its concurrency cap."""
     if options.resume is None:
-        return fleet.dispatcher.create_batch(options.job.name, batch_spec(options)).batch_id
-    from nahida_workers.cli.ids import resolve
+        batch_id = fleet.dispatcher.create_batch(options.job.name, batch_spec(options)).batch_id
+    else:
+        from nahida_workers.cli.ids import resolve
 
-    batch_id = resolve(fleet.ledger, "batch", options.resume)
-    record = fleet.ledger.get_batch(batch_id)
-    assert record is not None  # resolve found it
-    check_resume(record.spec, options, batch_id)
+        batch_id = resolve(fleet.ledger, "batch", options.resume)
+        record = fleet.ledger.get_batch(batch_id)
+        assert record is not None  # resolve found it
+        check_resume(record.spec, options, batch_id)
+    # The embedded fleet serves this batch alone: its --workers is the cap
+    # unless the job or --max-running names one.
+    cap = options.job.cap(0 if options.local else settings.max_running_default)
+    _read(settings, lambda: fleet.dispatcher.set_cap(batch_group(batch_id), cap))
     return batch_id
+
+
+def batch_group(batch_id: str) -> str:
+    """The admission group of a batch's sessions (``batch:<id>``)."""
+    return BATCH_GROUP_TEMPLATE.format(batch_id=batch_id)
 
 
 def _dispatch_all(
@@ -237,7 +281,12 @@ def _dispatch_all(
         def submit(dispatcher: Dispatcher = dispatcher, path: Path = path) -> Any:
             # Idempotent by its key: a retry after an outage finds the session.
             return dispatcher.submit_all(
-                specs[path], [str(path)], batch_id=batch_id, key=lambda ws: f"{batch_id}:{ws}"
+                specs[path],
+                [str(path)],
+                batch_id=batch_id,
+                key=lambda ws: f"{batch_id}:{ws}",
+                priority=options.job.priority,
+                admission_group=batch_group(batch_id),
             )[0]
 
         try:

@@ -28,6 +28,8 @@ __all__ = [
     "DbOpt",
     "JsonOpt",
     "LocalOpt",
+    "MaxRunningOpt",
+    "PriorityOpt",
     "err",
     "ledger_for",
     "out",
@@ -41,6 +43,25 @@ LocalOpt = Annotated[
 ]
 DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --local.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (full ids).")]
+PriorityOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        max=9,
+        help="0-9, 9 most urgent: its sessions are taken from the queue first "
+        "(default: the job's priority, else 5).",
+    ),
+]
+MaxRunningOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-running",
+        min=0,
+        help="At most this many of its sessions run at once, 0 = no cap "
+        "(default: the job's max_running, else NAHIDA_MAX_RUNNING_DEFAULT; "
+        "an embedded batch: no cap).",
+    ),
+]
 
 
 @cache

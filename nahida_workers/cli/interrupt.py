@@ -1,4 +1,4 @@
-"""Ctrl-C in ``nahida batch``.
+"""Ctrl-C (and an embedded ``--timeout``) in ``nahida batch``.
 
 The first Ctrl-C fences the sessions still in flight in the embedded mode
 (their fencing epoch is bumped, DESIGN.md section 4: the worker threads
@@ -10,16 +10,19 @@ sessions, prints how to resume and exits 130 -- the embedded mode with
 stay ``running`` in the ledger with no owner: ``--resume`` dispatches them
 again and recovery settles their open tool calls (``interrupted, outcome
 unknown`` unless a receipt says otherwise).  A second Ctrl-C meanwhile kills
-the children and exits at once.
+the children and exits at once.  An embedded batch whose ``--timeout``
+passed leaves the same way (:func:`stop_in_flight`, then :func:`exit_now`
+after its report), as promptly and as quietly.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -27,22 +30,24 @@ from nahida_workers.cli.exits import ExitCode
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.tools.processes import PROCESSES
 
-__all__ = ["kill_children", "run_interruptible", "stop_in_flight"]
+__all__ = ["exit_now", "kill_children", "run_interruptible", "stop_in_flight"]
 
 
-def kill_children() -> int:
+def kill_children(*, hold: bool = False) -> int:
     """Stop every process this CLI started, for good; returns how many kills landed.
 
     Closes the spawn gate of :data:`~nahida_workers.tools.processes.PROCESSES`
     (no Bash command starts after this), kills the registered Bash commands by
     process group and by pid, and every other descendant of this process by
     pid, re-scanning /proc until none is alive (about 1.5 s at most).
+    ``hold``: the process exits next without fencing its sessions, so the
+    tool threads must not report the kills (``ChildProcesses.hold_if_exiting``).
     """
-    return PROCESSES.stop_all(everything=True)
+    return PROCESSES.stop_all(everything=True, hold=hold)
 
 
 def _exit_now() -> None:
-    kill_children()
+    kill_children(hold=True)  # the first press may not have fenced anything yet
     sys.stderr.write("interrupted again: exiting now\n")
     sys.stderr.flush()
     os._exit(ExitCode.INTERRUPTED)
@@ -78,6 +83,10 @@ def stop_in_flight(fleet: Any, batch_id: str, *, fence: bool) -> list[Any]:
     is fenced too.  Returns the sessions that were in flight.
     """
     PROCESSES.close()
+    if fence:
+        # The fenced worker threads of this stopping process would log their
+        # lost leases and killed commands after the one line the user reads.
+        logging.disable(logging.WARNING)
     statuses = [SessionStatus.RUNNING, SessionStatus.WAITING]
     in_flight = {
         s.session_id: s for s in fleet.ledger.sessions(batch_id=batch_id, statuses=statuses)
@@ -132,8 +141,18 @@ def run_interruptible(
         markup=False,
     )
     if local:
-        sys.stdout.flush()
-        sys.stderr.flush()
         err.file.flush()
-        os._exit(ExitCode.INTERRUPTED)  # worker threads are fenced; do not wait for them
+        exit_now(ExitCode.INTERRUPTED)  # worker threads are fenced; do not wait for them
     return ExitCode.INTERRUPTED
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush the output and leave the process at once with ``code``.
+
+    The embedded worker's threads are fenced (:func:`stop_in_flight`) and
+    their children killed: waiting for Celery's worker shutdown would only
+    add seconds and its log lines after the last message the user reads.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -26,6 +26,8 @@ from nahida_workers.cli.common import (
     DbOpt,
     JsonOpt,
     LocalOpt,
+    MaxRunningOpt,
+    PriorityOpt,
     err,
     ledger_for,
     out,
@@ -76,6 +78,16 @@ def _repos(repo: list[Path], repos_from: Path | None) -> list[Path]:
     return list(dict.fromkeys(resolved))
 
 
+def with_dispatch(spec: "JobSpec", *, priority: int | None, max_running: int | None) -> "JobSpec":
+    """The job with ``--priority`` / ``--max-running`` applied (None keeps the job's)."""
+    update: dict[str, int] = {}
+    if priority is not None:
+        update["priority"] = priority
+    if max_running is not None:
+        update["max_running"] = max_running
+    return spec.model_copy(update=update) if update else spec
+
+
 @app.command()
 def batch(
     job: Annotated[Path, typer.Argument(help="Job file (YAML).")],
@@ -102,6 +114,8 @@ def batch(
         str | None, typer.Option(help="Provider base URL (with --provider).")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name (with --provider).")] = None,
+    priority: PriorityOpt = None,
+    max_running: MaxRunningOpt = None,
 ) -> None:
     """Run JOB once per repository; exit 0 only if every session completed."""
     from nahida_workers.cli.batch import BatchOptions, run_batch
@@ -110,6 +124,7 @@ def batch(
     spec = load_job(job)
     if provider is not None:
         spec = _with_provider(spec, provider, base_url, model)
+    spec = with_dispatch(spec, priority=priority, max_running=max_running)
     options = BatchOptions(
         job=spec,
         repos=_repos(repo, repos_from),
@@ -346,9 +361,14 @@ def serve(
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /openapi.json) and the web view (/) until Ctrl-C."""
     from nahida_workers.api.server import run_server
+    from nahida_workers.worker_secrets import scrub_process_environment
 
+    settings = settings_for()
+    # The token, the database URL and provider keys leave the environment
+    # (and /proc/PID/environ) before anything else runs, as in a worker.
+    scrub_process_environment()
     run_server(
-        settings_for(),
+        settings,
         host=host,
         port=port,
         ssl_certfile=ssl_certfile,

@@ -60,6 +60,8 @@ def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
         text = row["reason"] or "-"
         if row.get("failure_code") and row["failure_code"] != row["reason"]:
             text += f" ({row['failure_code']})"
+        if row.get("unsandboxed_calls"):
+            text += " [unsandboxed]"
         return escape(text)
 
     # (header, cell, column options, narrowest terminal that shows it)
@@ -249,4 +251,10 @@ def summary_sentence(report: dict[str, Any]) -> str:
     counts = report["summary"]
     parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda i: -i[1]))
     noun = "session" if total == 1 else "sessions"
-    return f"batch {report['batch_id']}: {total} {noun}" + (f": {parts}." if parts else ".")
+    sentence = f"batch {report['batch_id']}: {total} {noun}" + (f": {parts}." if parts else ".")
+    unsandboxed = report.get("unsandboxed_sessions") or 0
+    if unsandboxed:
+        sentence += (
+            f" {unsandboxed} of them ran commands unsandboxed (NAHIDA_SANDBOX=none on a worker)."
+        )
+    return sentence

@@ -38,6 +38,7 @@ def session_row(ledger: LedgerReader, session: SessionRecord) -> dict[str, Any]:
         "seconds": None,
         "queued_seconds": None,
         "final_text": None,
+        "unsandboxed_calls": 0,
         "calls": [],
     }
     if run is None:
@@ -70,6 +71,8 @@ def session_row(ledger: LedgerReader, session: SessionRecord) -> dict[str, Any]:
         seconds=_run_seconds(events, run.ended_at),
         queued_seconds=_queued_seconds(events, run.started_at),
         final_text=terminal.get("final_text") if terminal else None,
+        # commands that ran without a sandbox (NAHIDA_SANDBOX=none; tools/sandbox.py)
+        unsandboxed_calls=sum(1 for c in calls if (c["evidence"] or {}).get("sandbox") == "none"),
         calls=calls,
     )
     return row
@@ -121,5 +124,6 @@ def batch_report(
         "started_at": started_at.isoformat() if started_at else None,
         "summary": dict(sorted(counts.items())),
         "all_completed": bool(rows) and all(r["terminal_state"] == "completed" for r in rows),
+        "unsandboxed_sessions": sum(1 for r in rows if r["unsandboxed_calls"]),
         "sessions": rows,
     }

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nahida_workers.cli.common import MaxRunningOpt, PriorityOpt
+
 if TYPE_CHECKING:
     from nahida_workers.schedules.model import FireRecord, Schedule
     from nahida_workers.schedules.scheduler import Scheduler
@@ -171,6 +173,8 @@ def add(
         str, typer.Option("--catchup-window", help="Run fires missed by at most this (5m, 1h).")
     ] = "5m",
     jitter: Annotated[str, typer.Option(help="Delay each fire by up to this (30s).")] = "0s",
+    priority: PriorityOpt = None,
+    max_running: MaxRunningOpt = None,
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
 ) -> None:
@@ -191,6 +195,8 @@ def add(
         overlap=Overlap(overlap.value),
         catchup_window=catchup_window,
         jitter=jitter,
+        priority=priority,
+        max_running=max_running,
         settings=settings,
     )
     store = _store(settings)

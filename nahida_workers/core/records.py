@@ -30,6 +30,7 @@ from nahida_workers.core.values import (
 )
 
 __all__ = [
+    "Admission",
     "BatchRecord",
     "InboxKind",
     "InboxLimits",
@@ -49,6 +50,19 @@ STORED_ROW = "stored_row"
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Admission(StrEnum):
+    """A session's state under its group's concurrency cap (DESIGN.md section 1).
+
+    ``deferred``: a delivery found the group at its cap; no message is queued
+    for the session and it holds no slot.  ``released``: a slot was freed for
+    it and its message published; its next delivery is admitted or deferred
+    again.
+    """
+
+    DEFERRED = "deferred"
+    RELEASED = "released"
 
 
 class BatchRecord(_Record):
@@ -85,6 +99,11 @@ class SessionRecord(_Record):
             handed it back cleanly (None when none); set by ``bump_epoch``.
         crash_streak: owners in a row that vanished without handing the
             session back and without progress.
+        priority: dispatch priority, 0-9, 9 most urgent (None: the default);
+            the broker hands out higher priorities first.
+        admission_group: the group whose concurrency cap the session counts
+            against (``batch:<id>`` or ``schedule:<id>``; None: uncapped).
+        admission: where the cap left it (:class:`Admission`; None: not parked).
     """
 
     session_id: str
@@ -100,6 +119,9 @@ class SessionRecord(_Record):
     cancel_requested_at: datetime | None = None
     open_epoch: int | None = None
     crash_streak: int = 0
+    priority: int | None = None
+    admission_group: str | None = None
+    admission: Admission | None = None
 
     # Job files are user input: storable on every backend (core/values.py).
     @field_validator("workspace")

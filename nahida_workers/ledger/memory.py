@@ -109,6 +109,7 @@ class MemoryLedger:
     events = forward("reads", MemoryReads.events)
     receipts = forward("reads", MemoryReads.receipts)
     sessions = forward("reads", MemoryReads.sessions)
+    session_counts = forward("reads", MemoryReads.session_counts)
     quiet_sessions = forward("reads", MemoryReads.quiet_sessions)
     batches = forward("reads", MemoryReads.batches)
     get_batch = forward("reads", MemoryReads.get_batch)

@@ -190,17 +190,34 @@ class MemoryReads:
             return list(self._t.receipts.get(run_id, []))
 
     def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+        self,
+        *,
+        batch_id: str | None = None,
+        statuses: Sequence[SessionStatus] | None = None,
+        updated_before: datetime | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, optionally by batch and status, oldest first."""
+        """Sessions, optionally by batch, status and last change, oldest first."""
         with self._t.lock:
             found = [
                 s
                 for s in self._t.sessions.values()
                 if (batch_id is None or s.batch_id == batch_id)
                 and (statuses is None or s.status in statuses)
+                and (updated_before is None or s.updated_at < updated_before)
             ]
         return sorted(found, key=lambda s: (s.created_at, s.session_id))
+
+    def session_counts(self) -> dict[SessionStatus, tuple[int, datetime | None]]:
+        """Per status: how many sessions, and the oldest ``updated_at``."""
+        counts: dict[SessionStatus, tuple[int, datetime | None]] = {}
+        with self._t.lock:
+            for s in self._t.sessions.values():
+                n, oldest = counts.get(s.status, (0, None))
+                counts[s.status] = (
+                    n + 1,
+                    s.updated_at if oldest is None or s.updated_at < oldest else oldest,
+                )
+        return counts
 
     def quiet_sessions(self, *, older_than: datetime) -> list[str]:
         """Unfinished sessions whose open run has written nothing since ``older_than``."""

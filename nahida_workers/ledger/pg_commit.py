@@ -195,10 +195,11 @@ def fenced_insert(
 _OPEN_SESSION = f"""
 WITH new_session AS (
     INSERT INTO sessions (session_id, parent_id, batch_id, workspace, status, lease_epoch,
-                          config_json, idempotency_key, created_at, updated_at)
+                          config_json, idempotency_key, created_at, updated_at, priority,
+                          admission_group)
     VALUES (%(session_id)s, %(parent_id)s, %(batch_id)s, %(workspace)s, %(status)s, 0,
             CAST(%(config)s AS jsonb), %(idempotency_key)s, CAST(%(at)s AS timestamptz),
-            CAST(%(at)s AS timestamptz))
+            CAST(%(at)s AS timestamptz), %(priority)s, %(admission_group)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING session_id
 ),

@@ -39,6 +39,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
+    "admission_groups",
     "agent_execution_receipts",
     "agent_run_events",
     "agent_runs",
@@ -114,11 +115,20 @@ sessions = Table(
     Column("depth", Integer, nullable=False, server_default=text("0")),
     Column("lineage_json", Json, nullable=True),
     Column("awaiting_json", Json, nullable=True),
+    # Added by migration 0009: the dispatch priority (0-9, 9 most urgent),
+    # the admission group whose cap the session counts against, and its
+    # admission state (``deferred``: parked by the cap, no message queued;
+    # ``released``: a slot was freed for it and its message published).
+    Column("priority", Integer, nullable=True),
+    Column("admission_group", String(100), nullable=True),
+    Column("admission", String(16), nullable=True),
     UniqueConstraint("idempotency_key", name="uq_sessions_idempotency_key"),
     Index("ix_sessions_batch", "batch_id"),
     Index("ix_sessions_status", "status"),
     Index("ix_sessions_parent", "parent_id"),
     Index("ix_sessions_root", "root_id"),
+    Index("ix_sessions_admission", "admission_group", "admission"),
+    Index("ix_sessions_group_status", "admission_group", "status"),
 )
 
 agent_runs = Table(
@@ -241,6 +251,19 @@ schedules = Table(
     Column("paused_at", DateTime(timezone=True), nullable=True),
     Column("removed_at", DateTime(timezone=True), nullable=True),
     # uq_schedules_live_name: a partial index, see _attach_partial_indexes
+)
+
+#: Added by migration 0009: the concurrency cap of an admission group (a
+#: batch, or every fire of a schedule): at most ``max_running`` of its
+#: sessions run at once; NULL or 0 = no cap.  Its row lock serialises
+#: admission and release within the group.
+admission_groups = Table(
+    "admission_groups",
+    _metadata,
+    Column("group_key", String(100), primary_key=True),
+    Column("max_running", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
 #: One decision per (schedule, scheduled fire time): the primary key is what

@@ -169,6 +169,7 @@ class SqlLedger:
     receipts = forward("reads", SqlReads.receipts)
     quiet_sessions = forward("reads", SqlReads.quiet_sessions)
     sessions = forward("reads", SqlReads.sessions)
+    session_counts = forward("reads", SqlReads.session_counts)
     batches = forward("reads", SqlReads.batches)
     get_batch = forward("reads", SqlReads.get_batch)
     pending_outbox = forward("reads", SqlReads.pending_outbox)

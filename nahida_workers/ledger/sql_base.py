@@ -299,6 +299,9 @@ def session_row(row: Any) -> SessionRecord:
             cancel_requested_at=utc(row.cancel_requested_at),
             open_epoch=row.open_epoch,
             crash_streak=row.crash_streak or 0,
+            priority=row.priority,
+            admission_group=row.admission_group,
+            admission=row.admission,
         ),
         context={STORED_ROW: True},
     )

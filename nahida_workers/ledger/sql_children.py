@@ -91,6 +91,8 @@ class SqlChildren:
             "created_at": child.created_at,
             "updated_at": child.updated_at,
             "crash_streak": 0,
+            "priority": child.priority,
+            "admission_group": child.admission_group,
             "root_id": link.root_id,
             "depth": link.depth,
             "lineage_json": link.lineage,

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import (
     bindparam,
+    func,
     select,
 )
 
@@ -158,6 +159,16 @@ class SqlReads:
             for r in rows
         ]
 
+    def session_counts(self) -> dict[SessionStatus, tuple[int, datetime | None]]:
+        """Per status: how many sessions, and the oldest ``updated_at`` (one grouped query)."""
+        s = t.sessions.c
+        query = select(s.status, func.count(), func.min(s.updated_at)).group_by(s.status)
+        with self._read() as conn:
+            return {
+                SessionStatus(status): (int(n), utc(oldest))
+                for status, n, oldest in conn.execute(query).all()
+            }
+
     def quiet_sessions(self, *, older_than: datetime) -> list[str]:
         """Unfinished sessions whose open run has written nothing since ``older_than``."""
         s, r, e = t.sessions.c, t.agent_runs.c, t.agent_run_events.c
@@ -176,15 +187,21 @@ class SqlReads:
             return list(conn.execute(query).scalars())
 
     def sessions(
-        self, *, batch_id: str | None = None, statuses: Sequence[SessionStatus] | None = None
+        self,
+        *,
+        batch_id: str | None = None,
+        statuses: Sequence[SessionStatus] | None = None,
+        updated_before: datetime | None = None,
     ) -> list[SessionRecord]:
-        """Sessions, optionally by batch and status, oldest first."""
+        """Sessions, optionally by batch, status and last change, oldest first."""
         s = t.sessions.c
         query = select(t.sessions).order_by(s.created_at, s.session_id)
         if batch_id is not None:
             query = query.where(s.batch_id == batch_id)
         if statuses is not None:
             query = query.where(s.status.in_([st.value for st in statuses]))
+        if updated_before is not None:
+            query = query.where(s.updated_at < updated_before)
         with self._read() as conn:
             return [session_row(r) for r in conn.execute(query).all()]
 

@@ -140,6 +140,8 @@ class SqlRecords:
             "created_at": session.created_at,
             "updated_at": session.updated_at,
             "cancel_requested_at": session.cancel_requested_at,
+            "priority": session.priority,
+            "admission_group": session.admission_group,
         }
         if session.idempotency_key is None:
             tx.conn.execute(insert(t.sessions).values(**values))
@@ -324,6 +326,8 @@ class SqlRecords:
                     "status": session.status.value,
                     "config": session.config,
                     "idempotency_key": session.idempotency_key,
+                    "priority": session.priority,
+                    "admission_group": session.admission_group,
                     "at": session.created_at,
                 },
                 {

@@ -100,6 +100,8 @@ class AgentProfile(_Spec):
             as in ``SessionSpec``, for the child.
         parent_close: what the parent's end does to this child if it still
             runs (:class:`ParentClose`; default ``cancel``).
+        network: the child's commands may use the network (default: none;
+            docs/security.md).
     """
 
     description: str = ""
@@ -110,3 +112,4 @@ class AgentProfile(_Spec):
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits | None = Field(default_factory=Limits)
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = False

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
 from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import CompletionContract
@@ -125,8 +126,8 @@ class SessionSpec(_Spec):
         tool_choice: auto / required / none.
         contract: the completion contract.
         limits: run bounds.
-        stop_hooks: ``module:function`` paths of stop hooks (see
-            ``runtime/ownership/hooks.py``).
+        stop_hooks: names of stop hooks the operator registered (see
+            ``runtime/ownership/hooks.py`` and ``nahida_workers/plugins.py``).
         channel: which user-visible events watchers see (``runtime/observe/channel.py``).
         agents: profiles the ``Task`` tool may start, by name (DESIGN.md
             section 8); the built-in ``general`` and ``explore`` are always
@@ -134,6 +135,8 @@ class SessionSpec(_Spec):
             is reserved (``runtime/agents/builtin.py``).
         parent_close: for a child session, what its parent's end does to it
             (copied from its profile; ignored for a top-level session).
+        network: Bash's sandbox keeps the network (``--share-net``); default
+            False: no network at all (docs/security.md).
         goal: the session's goal, active from the start: it completes only
             through a verifier's PASS (``core/policy/goals.py``).
         delegation: the delegation contract (:class:`DelegationSpec`).
@@ -155,6 +158,7 @@ class SessionSpec(_Spec):
     channel: ChannelPolicy = ChannelPolicy.FINAL_ONLY
     agents: dict[str, AgentProfile] = Field(default_factory=dict, validate_default=True)
     parent_close: ParentClose = ParentClose.CANCEL
+    network: bool = False
     goal: str | None = None
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
@@ -230,6 +234,7 @@ class SessionSpec(_Spec):
             channel=self.channel,
             agents=self.agents,
             parent_close=profile.parent_close,
+            network=profile.network,
         )
 
     def delegation_contract(self) -> DelegationContract:
@@ -257,15 +262,28 @@ class JobSpec(SessionSpec):
         name: the job's label in reports and listings (:func:`load_job` names a
             job file without one after its file).
         description: what the job does, in a line (a label, like ``name``).
+        priority: 0-9, 9 most urgent: the broker hands out a more urgent
+            job's sessions first, whatever was queued before them
+            (DESIGN.md section 1).
+        max_running: at most this many sessions of one batch of the job (of
+            all fires of a schedule) run at once; None: the fleet's default
+            (``NAHIDA_MAX_RUNNING_DEFAULT``); 0: no cap.
     """
 
     name: str
     description: str = ""
+    priority: int = Field(DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
+    max_running: int | None = Field(None, ge=0)
 
     def session_spec(self) -> SessionSpec:
         """The per-session part of the job."""
-        data = self.model_dump(exclude={"name", "description"})
+        data = self.model_dump(exclude={"name", "description", "priority", "max_running"})
         return SessionSpec.model_validate(data)
+
+    def cap(self, default: int) -> int | None:
+        """The job's concurrency cap: ``max_running``, else ``default``; None when uncapped."""
+        cap = default if self.max_running is None else self.max_running
+        return cap or None
 
 
 def load_job(path: str | Path) -> JobSpec:

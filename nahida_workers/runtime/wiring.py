@@ -15,9 +15,7 @@ remote_tools      true (``tools`` queue)         false (local thread pool)
 
 from __future__ import annotations
 
-import importlib
 import threading
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +36,8 @@ from nahida_workers.runtime.observe.channel import RedisStreamSink
 from nahida_workers.runtime.ownership.session import SessionRunner
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import EMBEDDED_URLS, Settings
-from nahida_workers.tools import default_tools
-from nahida_workers.tools.base import Placement, Tool, ToolRegistry
+from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.registration import build_registry, load_tool, sandbox_for, stop_hooks_of
 from nahida_workers.tools.structured import StructuredOutput
 from nahida_workers.workspaces import WorktreeManager
 
@@ -50,10 +48,13 @@ __all__ = [
     "EMBEDDED_URLS",
     "Fleet",
     "build_fleet",
+    "build_registry",
     "lease_store",
     "load_tool",
     "redis_client",
     "registry_for",
+    "sandbox_for",
+    "stop_hooks_of",
 ]
 
 
@@ -85,77 +86,34 @@ def lease_store(settings: Settings) -> RedisLeaseStore:
     return RedisLeaseStore(redis_client(settings), key_prefix=settings.redis_key_prefix)
 
 
-def load_tool(path: str) -> Tool:
-    """Instantiate an extra tool named ``package.module:ClassName``.
-
-    Raises:
-        ConfigError: the path does not name a Tool class.
-    """
-    module_name, _, attr = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-        tool = cls()
-    except (ImportError, AttributeError, TypeError) as exc:
-        raise ConfigError(f"cannot load tool {path!r}: {exc}") from None
-    if not isinstance(tool, Tool):
-        raise ConfigError(f"{path!r} is not a Tool")
-    return tool
-
-
 def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
     """The tools a session may use, with placement overrides applied.
 
     A contract with an ``output_schema`` adds the reserved StructuredOutput
     tool; a job with a ``goal:`` gets ``UpdateGoal`` even if it does not list it.
+    The session's stop hooks are checked here too: every entry point (batch,
+    schedules, the API) and every worker builds this registry before anything
+    runs, so an unregistered name is refused before it runs.
+
+    Raises:
+        ConfigError: an unregistered tool or stop hook, a bad placement or
+            sandbox setting.
     """
+    stop_hooks_of(settings).check(spec.stop_hooks)
     names = spec.tools
     if spec.goal is not None and GOAL_TOOL not in names:
         names = (*names, GOAL_TOOL)
     registry = build_registry(
-        names, settings, placement=spec.placement, bash_timeout_s=spec.limits.bash_timeout_s
+        names,
+        settings,
+        placement=spec.placement,
+        bash_timeout_s=spec.limits.bash_timeout_s,
+        network=spec.network,
     )
     schema = spec.contract.output_schema
     if schema is None:
         return registry
     return registry.with_tool(StructuredOutput(schema))
-
-
-def build_registry(
-    names: Sequence[str],
-    settings: Settings,
-    *,
-    placement: Mapping[str, str] | None = None,
-    bash_timeout_s: float = 120.0,
-) -> ToolRegistry:
-    """A registry of ``names``; a session worker and a tool worker build the same one.
-
-    Built-in tools come from :func:`default_tools`; a name of the form
-    ``module:Class`` (or an entry of ``settings.extra_tools``) loads a plugin.
-    Placement: settings first, then the job spec (the more specific).
-
-    Raises:
-        ConfigError: an unknown tool name or a bad placement.
-    """
-    tools: dict[str, Tool] = {t.spec.name: t for t in default_tools(bash_timeout_s=bash_timeout_s)}
-    for path in settings.extra_tools:
-        tool = load_tool(path)
-        tools[tool.spec.name] = tool
-    chosen: list[Tool] = []
-    for name in names:
-        found = load_tool(name) if ":" in name else tools.get(name)
-        if found is None:
-            raise ConfigError(f"unknown tool {name!r}; known: {sorted(tools)}")
-        chosen.append(found)
-    chosen_names = {t.spec.name for t in chosen}
-    try:
-        overrides = {
-            k: Placement(v)
-            for k, v in {**settings.tool_placement, **(placement or {})}.items()
-            if k in chosen_names
-        }
-    except ValueError as exc:
-        raise ConfigError(f"invalid placement: {exc}") from None
-    return ToolRegistry(chosen, placement=overrides)
 
 
 def provider_for(spec: SessionSpec) -> Provider:
@@ -224,6 +182,7 @@ def build_fleet(
     dispatcher = Dispatcher(
         ledger, queue, clock, prompt_inline_max_bytes=settings.inline_prompt_max_bytes
     )
+    runner.stop_hooks = stop_hooks_of(settings)  # only the operator's (plugins.py)
     runner.publish = dispatcher.publish  # child sessions and woken parents (section 8)
     runner.worktrees = WorktreeManager.from_settings(settings)  # isolation: worktree children
     runner.child_limits = ChildLimits(

@@ -19,6 +19,8 @@ The file format::
         overlap: skip                         # buffer_one | allow | cancel_previous
         catchup_window: 1h
         jitter: 5m
+        priority: 7                           # 0-9, 9 most urgent (default: the job's)
+        max_running: 4                        # across all its fires (default: the job's)
 """
 
 from __future__ import annotations
@@ -71,6 +73,27 @@ def _job(job: str | Path | dict[str, Any]) -> tuple[JobSpec, str | None]:
     return load_job(job), str(Path(job).resolve())
 
 
+def _with_dispatch(
+    job: JobSpec, name: str, *, priority: int | None, max_running: int | None
+) -> JobSpec:
+    """``job`` with the schedule's priority and cap, validated.
+
+    Raises:
+        ConfigError: a priority outside 0-9 or a negative cap.
+    """
+    update = {
+        k: v for k, v in (("priority", priority), ("max_running", max_running)) if v is not None
+    }
+    if not update:
+        return job
+    try:
+        return JobSpec.model_validate({**job.model_dump(mode="json"), **update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ConfigError(f"schedule {name}: {where}: {first['msg']}") from None
+
+
 def _with_agents(job: JobSpec, settings: Settings, repos: Sequence[str]) -> JobSpec:
     """The job with the config folder's agents merged in, checked as ``nahida batch`` checks.
 
@@ -107,9 +130,15 @@ def build_definition(
     overlap: Overlap | str = Overlap.SKIP,
     catchup_window: str | float = 300,
     jitter: str | float = 0,
+    priority: int | None = None,
+    max_running: int | None = None,
     settings: Settings,
 ) -> ScheduleDef:
     """A validated definition (job snapshot, absolute repositories, durations in seconds).
+
+    ``priority`` / ``max_running`` (None: the job's own) are set in the job
+    snapshot: the fires' sessions are queued at that priority, and at most
+    that many run at once across all the schedule's fires.
 
     Raises:
         ConfigError: the job, a duration, the cron expression, the time zone
@@ -117,6 +146,7 @@ def build_definition(
         UserError: a repository is missing.
     """
     spec, job_path = _job(job)
+    spec = _with_dispatch(spec, name, priority=priority, max_running=max_running)
     resolved = resolve_repos(repos, repos_from)
     spec = _with_agents(spec, settings, resolved)
     try:
@@ -150,8 +180,29 @@ def build_definition(
         raise ConfigError(f"schedule {name}: {where}: {message}") from None
     except ValueError as exc:  # a duration or an unknown overlap policy
         raise ConfigError(f"schedule {name}: {exc}") from None
+    _check_period(definition, settings)
     _check_jitter(definition)
     return definition
+
+
+def _check_period(definition: ScheduleDef, settings: Settings) -> None:
+    """Refuse a schedule whose fires come more often than beat ticks.
+
+    Beat decides fires once per tick (``NAHIDA_SCHEDULE_TICK_S``): a shorter
+    period gets several fire times per tick, and all but the first overlap
+    it (with ``skip``, most fires were recorded skipped).
+
+    Raises:
+        ConfigError: the shortest gap between two fires is below the tick interval.
+    """
+    period_s = shortest_period(definition).total_seconds()
+    tick_s = settings.schedule_tick_s
+    if period_s < tick_s:
+        raise ConfigError(
+            f"schedule {definition.name}: the period ({period_s:g}s) is shorter than the "
+            f"tick interval NAHIDA_SCHEDULE_TICK_S ({tick_s:g}s); fire at most once per "
+            f"tick (--every {tick_s:g}s or more)"
+        )
 
 
 def _check_jitter(definition: ScheduleDef) -> None:
@@ -186,6 +237,8 @@ class ScheduleEntry(BaseModel):
     overlap: str = Overlap.SKIP.value
     catchup_window: str | int | float = "5m"
     jitter: str | int | float = "0s"
+    priority: int | None = None
+    max_running: int | None = None
 
 
 def load_schedules_file(path: str | Path, settings: Settings) -> list[ScheduleDef]:

@@ -12,7 +12,9 @@ One :meth:`Scheduler.tick` (the beat task, every ``NAHIDA_SCHEDULE_TICK_S``):
 4. the winner cancels what ``cancel_previous`` stops and dispatches each
    claimed fire through :meth:`Dispatcher.submit_all` -- the same path as
    ``nahida batch`` -- as the batch :func:`fire_batch_id`, one session per
-   repository under the idempotency key schedule id + fire time + repository;
+   repository under the idempotency key schedule id + fire time + repository,
+   at the job's priority and under one concurrency cap across all the
+   schedule's fires (admission group ``schedule:<id>``);
 5. a claimed fire whose dispatch did not finish (a crash, the ledger down)
    is re-driven by a later tick after :data:`REDRIVE_AFTER_S`: the dispatch
    is idempotent, so a fire is never dispatched twice.
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from nahida_workers.constants import DEFAULT_MAX_RUNNING, SCHEDULE_GROUP_TEMPLATE
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.errors import (
     ConfigError,
@@ -129,6 +132,8 @@ class Scheduler:
         resolve: the session spec of one repository (its agent definitions
             merged in, ``runtime/agents/discover.py``); None: the job's as is.
         on_outcome: called once per final outcome this ticker recorded (metrics).
+        max_running_default: the cap of a schedule whose job names no
+            ``max_running`` (one cap across all its fires; 0 = none).
 
     A session whose publish fails after the ledger recorded it (the broker
     down) does not stop its fire, for a tick as for ``nahida schedule
@@ -148,6 +153,7 @@ class Scheduler:
     resolve: Callable[[SessionSpec, str], SessionSpec] | None = None
     who: str = field(default_factory=ticker_name)
     on_outcome: Callable[[str, FireOutcome], None] = count_fire
+    max_running_default: int = DEFAULT_MAX_RUNNING
 
     # -- the tick ---------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -319,11 +325,15 @@ class Scheduler:
                 self.dispatcher.create_batch(job.name, spec, batch_id=batch_id)
             except LedgerIntegrityError:  # a concurrent re-drive created it
                 pass
+        group = SCHEDULE_GROUP_TEMPLATE.format(schedule_id=schedule.schedule_id)
+        self.dispatcher.set_cap(group, job.cap(self.max_running_default))
         deferred = self._submit(
             specs,
             definition.repos,
             batch_id,
             lambda repo: session_key(schedule.schedule_id, fire.fire_time, repo),
+            priority=job.priority,
+            group=group,
         )
         if deferred and report is not None:
             report.deferred.append((fire, deferred))
@@ -335,6 +345,9 @@ class Scheduler:
         repos: Sequence[str],
         batch_id: str,
         key: Callable[[str], str],
+        *,
+        priority: int,
+        group: str,
     ) -> int:
         """Record and publish one session per repository; returns how many wait to be published.
 
@@ -346,7 +359,14 @@ class Scheduler:
         dispatcher, deferred = self.dispatcher, 0
         for repo in repos:
             try:
-                dispatcher.submit_all(specs[repo], [repo], batch_id=batch_id, key=key)
+                dispatcher.submit_all(
+                    specs[repo],
+                    [repo],
+                    batch_id=batch_id,
+                    key=key,
+                    priority=priority,
+                    admission_group=group,
+                )
             except PublishDeferred:
                 deferred += 1
             except Exception as exc:
@@ -415,4 +435,5 @@ def build_scheduler(fleet: Fleet) -> Scheduler:
         clock=fleet.clock,
         cancel_session=fleet.inbox.cancel,
         resolve=resolve,
+        max_running_default=fleet.settings.max_running_default,
     )

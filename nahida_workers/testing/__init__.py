@@ -8,8 +8,8 @@ module              owns
 ==================  ============================================================
 doubles.py          FakeClock, ListTaskQueue, scripted_spec, memory_runner,
                     run_inline, ThreadRemoteTools (re-exported here)
-tools.py            tools for tests and benchmarks (Sleep, Stamp, SendMessage ...),
-                    loaded by dotted path (``nahida_workers.testing.tools:Sleep``)
+tools.py            tools for tests and benchmarks (Sleep, Stamp, SendNote ...),
+                    registered through ``NAHIDA_EXTRA_TOOLS`` (``TEST_TOOL_PATHS``)
 fleet.py            real worker processes on the real Redis and PostgreSQL
 evaluation.py       the evaluation set runner behind ``nahida eval``
 mock_server.py      an OpenAI-compatible mock LLM server (``nahida mock-llm``)

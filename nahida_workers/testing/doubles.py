@@ -21,6 +21,7 @@ from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.lease.memory import MemoryLeaseStore
 from nahida_workers.ledger.memory import MemoryLedger
+from nahida_workers.plugins import StopHooks
 from nahida_workers.ports import Ledger, Provider
 from nahida_workers.providers.scripted import ScriptedProvider, load_script
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
@@ -80,16 +81,23 @@ class FakeClock:
 
 @dataclass
 class ListTaskQueue:
-    """Records ``publish_session`` calls: ``[(session_id, task_id), ...]``."""
+    """Records ``publish_session`` calls: ``[(session_id, task_id), ...]``.
+
+    ``priorities`` maps each published task id to the priority it was sent with.
+    """
 
     published: list[tuple[str, str]] = field(default_factory=list)
     fail: bool = False
+    priorities: dict[str, int | None] = field(default_factory=dict)
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
         """Record a publish (or raise ``ConnectionError`` when ``fail``)."""
         if self.fail:
             raise ConnectionError("broker unavailable (test)")
         self.published.append((session_id, task_id))
+        self.priorities[task_id] = priority
 
 
 def scripted_spec(turns: Sequence[Mapping[str, Any]], **overrides: Any) -> SessionSpec:
@@ -127,8 +135,12 @@ def memory_runner(
     executor: ToolExecutor | None = None,
     provider_for: Callable[[SessionSpec], Provider] | None = None,
     registry_for: Callable[[SessionSpec], ToolRegistry] | None = None,
+    stop_hooks: StopHooks | None = None,
 ) -> SessionRunner:
-    """A :class:`SessionRunner` over in-memory ports (scripted provider by default)."""
+    """A :class:`SessionRunner` over in-memory ports (scripted provider by default).
+
+    ``stop_hooks``: the registered stop hooks (default: entry points only).
+    """
     clock = clock or FakeClock()
     return SessionRunner(
         ledger=ledger or MemoryLedger(),
@@ -137,6 +149,7 @@ def memory_runner(
         provider_for=provider_for or _provider_for,
         registry_for=registry_for or memory_registry,
         executor=executor or InlineExecutor(clock.now),
+        stop_hooks=stop_hooks or StopHooks(),
     )
 
 

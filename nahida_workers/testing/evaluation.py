@@ -72,6 +72,7 @@ from nahida_workers.runtime.spec import (
 from nahida_workers.runtime.wiring import registry_for
 from nahida_workers.settings import Settings
 from nahida_workers.testing import ListTaskQueue, memory_runner
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 from nahida_workers.workspaces.git import git
 from nahida_workers.yaml_input import read_yaml_file
 
@@ -375,7 +376,7 @@ def _pump(runner: SessionRunner, queue: ListTaskQueue) -> None:
 
 def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
     """Run one session on ``workspace`` (created, filled with the case's files)."""
-    settings = settings or Settings(_env_file=None)
+    settings = settings or Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
     _prepare(case, workspace)
     runner = memory_runner(registry_for=lambda spec: registry_for(spec, settings))
     queue = ListTaskQueue()
@@ -411,7 +412,7 @@ def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = Non
 
 def run_eval_set(cases: Sequence[EvalCase], *, workdir: Path | None = None) -> EvalReport:
     """Run every case, each on its own workspace under ``workdir`` (default: a temp dir)."""
-    settings = Settings(_env_file=None)
+    settings = Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
     with tempfile.TemporaryDirectory(prefix="nahida-eval-") as tmp:
         root = workdir or Path(tmp)
         rows = tuple(

@@ -9,6 +9,7 @@ with real signals (SIGKILL, SIGSTOP).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,9 +26,12 @@ from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.settings import Settings
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB, RESULTS_DB, LEASE_DB = 11, 12, 13
+#: What beat logs when it runs a control job (``celery/beat.py``).
+BEAT_READY = "Running due control job"
 
 
 def wait_for(
@@ -103,6 +107,7 @@ class Fleet:
                 "NAHIDA_LEASE_TTL_S": str(self.lease_ttl_s),
                 "NAHIDA_VISIBILITY_TIMEOUT_S": str(self.visibility_timeout_s),
                 "NAHIDA_ENV_FILE": "/dev/null",
+                "NAHIDA_EXTRA_TOOLS": json.dumps(list(TEST_TOOL_PATHS)),
                 "PYTHONUNBUFFERED": "1",
                 **self.extra_env,
             }
@@ -112,7 +117,7 @@ class Fleet:
     def settings(self) -> Settings:
         """The same settings, as an object for the test process."""
         fields: dict[str, Any] = {
-            k[len("NAHIDA_") :].lower(): v
+            k[len("NAHIDA_") :].lower(): json.loads(v) if v.startswith("[") else v
             for k, v in self.env().items()
             if k.startswith("NAHIDA_") and k != "NAHIDA_ENV_FILE"
         }
@@ -137,15 +142,15 @@ class Fleet:
         return self._start(name, args, ready=" ready.", mode="wb", what="start")
 
     def start_beat(self, *, name: str | None = None) -> Worker:
-        """Start ``celery -A tasks beat`` (its own schedule file) and wait until it runs.
+        """Start ``celery -A tasks beat`` and wait until it runs its first control job.
 
-        Any number of beats may run against one broker: each sends the
-        schedule tick, and the ledger decides every fire once (DESIGN.md section 8).
+        Any number of beats may run against one broker, with no schedule
+        file: each runs the schedule tick itself, and the ledger decides
+        every fire once (DESIGN.md section 8; ``celery/beat.py``).
         """
         name = name or f"beat{len(self.workers) + 1}-{uuid.uuid4().hex[:4]}"
-        schedule = str(self.workdir / f"{name}-schedule")
-        args = ["beat", "-s", schedule, "--max-interval", "1"]
-        return self._start(name, args, ready="Sending due task", what="send its first task")
+        args = ["beat", "--max-interval", "1"]
+        return self._start(name, args, ready=BEAT_READY, what="run its first control job")
 
     def _start(
         self, name: str, args: list[str], *, ready: str, what: str, mode: str = "ab"
@@ -187,6 +192,21 @@ class Fleet:
         publisher.conf.update(celery_config(self.settings()))
         self._apps.append(publisher)
         return Dispatcher(ledger, CeleryTaskQueue(publisher), SystemClock())
+
+    def purge_broker(self) -> int:
+        """Delete this fleet's broker keys (its queues); returns how many.
+
+        Only keys under this fleet's own prefix: a test that leaves a
+        backlog behind does not leave it in the shared Redis.
+        """
+        import redis
+
+        client = redis.Redis.from_url(f"{self.redis_url}/{BROKER_DB}")
+        try:
+            keys = list(client.scan_iter(match=f"{self.prefix}*", count=1000))
+            return int(client.delete(*keys)) if keys else 0
+        finally:
+            client.close()
 
     def stop(self) -> None:
         """Stop every worker this fleet started."""

@@ -1,8 +1,10 @@
 """Tools for tests, benchmarks and the chaos harness (not offered to models by default).
 
-Load them by import path in a job's ``tools`` list or in ``NAHIDA_EXTRA_TOOLS``,
-e.g. ``nahida_workers.testing.tools:Sleep``; tool workers import them the same
-way, so they work on the real ``tools`` queue too.
+A job names them by tool name (``Sleep``, ``DeliverOnce``) once they are
+registered like any custom tool: test fleets, benchmarks and the evaluation
+set put :data:`TEST_TOOL_PATHS` in ``NAHIDA_EXTRA_TOOLS`` (a job never names
+an import path: ``nahida_workers/plugins.py``).  Tool workers get the same
+setting, so they work on the real ``tools`` queue too.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from nahida_workers.tools.base import Placement, Tool, ToolContext, ToolOutcome,
 from nahida_workers.tools.workspace import relative_to_workspace, resolve_inside
 
 __all__ = [
+    "TEST_TOOL_PATHS",
     "DeliverOnce",
     "ExclusiveProbe",
     "Noop",
     "Probe",
     "ProbeLog",
-    "SendMessage",
-    "SendMessageNoId",
+    "SendNote",
+    "SendNoteNoId",
     "Sleep",
     "SleepLocal",
 ]
@@ -160,7 +163,7 @@ class Noop(Tool):
         return ToolOutcome(ToolStatus.OK, "ok", {"noop": True})
 
 
-class SendMessage(Tool):
+class SendNote(Tool):
     """A deliver-kind tool: "sends" a message by appending it to an outbox file.
 
     Arguments: ``{"outbox": str, "to": str, "text": str}``; ``outbox`` is a
@@ -171,7 +174,7 @@ class SendMessage(Tool):
     """
 
     spec = ToolSpec(
-        name="SendMessage",
+        name="SendNote",
         description="Send a message to a recipient (appended to the outbox file).",
         input_schema={
             "type": "object",
@@ -210,10 +213,10 @@ class SendMessage(Tool):
         return ToolOutcome(ToolStatus.OK, f"sent to {arguments['to']}", evidence)
 
 
-class SendMessageNoId(SendMessage):
-    """:class:`SendMessage` whose receipt lacks the external id (not delivery evidence)."""
+class SendNoteNoId(SendNote):
+    """:class:`SendNote` whose receipt lacks the external id (not delivery evidence)."""
 
-    spec = replace(SendMessage.spec, name="SendMessageNoId")
+    spec = replace(SendNote.spec, name="SendNoteNoId")
     reports_external_id: ClassVar[bool] = False
 
 
@@ -269,3 +272,19 @@ class DeliverOnce(Tool):
             os.close(fd)
         external_id = "dlv-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:16]
         return ToolOutcome(ToolStatus.OK, f"delivered {external_id}", {"external_id": external_id})
+
+
+#: ``NAHIDA_EXTRA_TOOLS`` of test fleets, benchmarks and the evaluation set.
+TEST_TOOL_PATHS: tuple[str, ...] = tuple(
+    f"{__name__}:{cls.__name__}"
+    for cls in (
+        DeliverOnce,
+        ExclusiveProbe,
+        Noop,
+        Probe,
+        SendNote,
+        SendNoteNoId,
+        Sleep,
+        SleepLocal,
+    )
+)

@@ -24,6 +24,7 @@ from nahida_workers.tools.grep import Grep
 from nahida_workers.tools.ls import LS
 from nahida_workers.tools.read import Read
 from nahida_workers.tools.runner import run_tool
+from nahida_workers.tools.sandbox import Sandbox
 from nahida_workers.tools.workspace import cap_text, resolve_inside
 from nahida_workers.tools.write import Write
 
@@ -35,6 +36,7 @@ __all__ = [
     "Grep",
     "Placement",
     "Read",
+    "Sandbox",
     "Tool",
     "ToolContext",
     "ToolOutcome",
@@ -50,19 +52,25 @@ __all__ = [
 ]
 
 
-def default_tools(*, bash_timeout_s: float = 120.0, max_capture_bytes: int = 1 << 20) -> list[Tool]:
+def default_tools(
+    *,
+    bash_timeout_s: float = 120.0,
+    max_capture_bytes: int = 1 << 20,
+    sandbox: Sandbox | None = None,
+) -> list[Tool]:
     """One instance of each built-in tool: Read, Glob, Grep, LS, Bash, Write, Edit, UpdateGoal.
 
     Args:
         bash_timeout_s: Bash's default and maximum command timeout, in seconds.
         max_capture_bytes: bytes Bash keeps per output stream (head + tail).
+        sandbox: where Bash's commands run (default: bwrap, no network).
     """
     return [
         Read(),
         Glob(),
         Grep(),
         LS(),
-        Bash(timeout_s=bash_timeout_s, max_capture_bytes=max_capture_bytes),
+        Bash(timeout_s=bash_timeout_s, max_capture_bytes=max_capture_bytes, sandbox=sandbox),
         Write(),
         Edit(),
         UpdateGoal(),

@@ -1,10 +1,13 @@
-"""Bash: run a shell command in the workspace, in its own process group.
+"""Bash: run a shell command in the workspace, in a sandbox, in its own process group.
 
 DESIGN.md section 5: Bash runs in the workspace with a timeout, a bounded
-output capture and a process group that is killed whole.  The command gets a
-minimal environment, never the worker's own (which holds provider keys and
-database URLs).  Processes the command leaves behind in its group (``cmd &``)
-are killed when it ends: nothing outlives the call.
+output capture and a process group that is killed whole, inside a sandbox
+(:mod:`nahida_workers.tools.sandbox`: own PID and mount namespaces, the
+workspace read-write and the rest read-only, no network unless the job
+allows it).  The command gets a minimal environment, never the worker's own
+(which holds provider keys and database URLs).  Processes the command leaves
+behind (``cmd &``, even ``setsid cmd &``) are killed when it ends: the group
+kill takes bwrap, and the PID namespace dies with it; nothing outlives the call.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.errors import ConfigError, ToolError
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
 from nahida_workers.tools.processes import PROCESSES, ChildProcesses
+from nahida_workers.tools.sandbox import Sandbox
 from nahida_workers.tools.workspace import BoundedCapture
 
 __all__ = ["Bash"]
@@ -79,9 +83,11 @@ class Bash(Tool):
 
     Arguments: ``{"command": str, "timeout"?: seconds, at most timeout_s}``.
 
-    The command runs with cwd = the workspace, stdin from /dev/null, in a new
-    session (its own process group), with only PATH, HOME, LANG, LC_ALL,
-    TERM, PAGER, GIT_PAGER and ``ctx.env`` in its environment.  stdout and
+    The command runs inside ``sandbox`` (bwrap, unless the operator set
+    ``NAHIDA_SANDBOX=none``) with cwd = the workspace, stdin from /dev/null,
+    in a new session (its own process group), with only PATH, HOME, LANG,
+    LC_ALL, TERM, PAGER, GIT_PAGER, the sandbox's passed variables
+    (``NAHIDA_SANDBOX_ENV``) and ``ctx.env`` in its environment.  stdout and
     stderr are each captured into at most ``max_capture_bytes`` bytes (head
     and tail kept), so memory stays bounded whatever the command prints.  On
     timeout or ``ctx.cancel`` the whole group gets SIGTERM, then SIGKILL after
@@ -92,7 +98,9 @@ class Bash(Tool):
     ``command``, ``exit_code`` (None when killed by the tool; negative N if
     the shell itself died of signal N), ``stdout_bytes``, ``stderr_bytes``,
     ``stdout_head`` (first 200 characters), ``stdout_sha256``,
-    ``stderr_sha256`` (of the full streams), ``duration_ms``, ``timed_out``.
+    ``stderr_sha256`` (of the full streams), ``duration_ms``, ``timed_out``,
+    ``sandbox`` (``bwrap`` or ``none``: the command ran unsandboxed).  In the
+    sandbox a shell killed by signal N exits 128+N (bwrap reports it so).
     """
 
     def __init__(
@@ -104,6 +112,7 @@ class Bash(Tool):
         path: str | None = None,
         home: str | None = None,
         processes: ChildProcesses | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         """Configure the tool.
 
@@ -116,6 +125,8 @@ class Bash(Tool):
             home: HOME for commands; default the worker user's home.
             processes: the registry commands start through (its gate refuses
                 new commands once a Ctrl-C began); default the process-wide one.
+            sandbox: how commands are confined; default bwrap, no network
+                (the worker builds it from settings and the job's ``network``).
 
         Raises:
             ConfigError: a non-positive timeout or capture size.
@@ -128,6 +139,7 @@ class Bash(Tool):
         self._path = path if path is not None else os.environ.get("PATH", os.defpath)
         self._home = home if home is not None else os.path.expanduser("~")
         self._processes = processes if processes is not None else PROCESSES
+        self.sandbox = sandbox if sandbox is not None else Sandbox()
         self.spec = ToolSpec(
             name="Bash",
             description=(
@@ -163,6 +175,7 @@ class Bash(Tool):
             "PAGER": "cat",
             "GIT_PAGER": "cat",
         }
+        env.update(self.sandbox.passed_environment())
         env.update(ctx.env)
         return env
 
@@ -172,7 +185,10 @@ class Bash(Tool):
         Raises:
             ToolError: code ``workspace_missing`` when the workspace is not a
                 directory; code ``stopping`` once the process is stopping (see
-                :mod:`nahida_workers.tools.processes`).
+                :mod:`nahida_workers.tools.processes`; also, after
+                a hold, when the process is exiting unfenced); code
+                ``sandbox_unavailable`` when no sandbox can be made and the
+                operator did not set ``NAHIDA_SANDBOX=none``.
         """
         command = str(arguments["command"])
         timeout = min(float(arguments.get("timeout", self.timeout_s)), self.timeout_s)
@@ -180,11 +196,12 @@ class Bash(Tool):
             raise ToolError(
                 f"workspace {ctx.workspace} is not a directory", code="workspace_missing"
             )
+        argv = self.sandbox.wrap(["/bin/bash", "-c", command], workspace=ctx.workspace)
         out, err = BoundedCapture(self.max_capture_bytes), BoundedCapture(self.max_capture_bytes)
         stop = threading.Event()
         started = time.monotonic()
         proc = self._processes.spawn(  # a new session: its own process group
-            ["/bin/bash", "-c", command],
+            argv,
             cwd=ctx.workspace,
             env=self.environment(ctx),
             stdin=subprocess.DEVNULL,
@@ -218,27 +235,45 @@ class Bash(Tool):
                 reader.join()
             proc.stdout.close()
             proc.stderr.close()
+        self._processes.hold_if_exiting()  # a kill by Ctrl-C is not the command's result
         duration_ms = int((time.monotonic() - started) * 1000)
         exit_code = returncode if ended == "exited" else None
         return self._outcome(command, ended, exit_code, timeout, out, err, duration_ms, ctx)
 
     @staticmethod
     def _wait(pid: int, deadline: float, cancel: threading.Event | None) -> str:
-        """Poll until the process exits (``exited``), the deadline (``timed_out``) or cancel."""
-        delay = 0.001
-        while not _has_exited(pid):
-            now = time.monotonic()
-            if now >= deadline:
-                return "timed_out"
-            if cancel is not None and cancel.is_set():
-                return "cancelled"
-            pause = min(delay, deadline - now)
-            if cancel is not None:
-                cancel.wait(pause)
-            else:
-                time.sleep(pause)
-            delay = min(delay * 2, 0.05)
-        return "exited"
+        """Wait until the process exits (``exited``), the deadline (``timed_out``) or cancel.
+
+        A pidfd (Linux 5.3+) wakes the wait the moment the process exits,
+        without reaping it; cancel is looked at every 50 ms.  Elsewhere:
+        polling with a backoff from 1 to 50 ms.
+        """
+        poller = select.poll()  # poll, not select: worker fds may exceed FD_SETSIZE
+        try:
+            pidfd = os.pidfd_open(pid)
+            poller.register(pidfd, select.POLLIN)
+        except (AttributeError, OSError):  # no pidfd here, or already reaped by someone else
+            pidfd = -1
+        try:
+            delay = 0.001
+            while not _has_exited(pid):
+                now = time.monotonic()
+                if now >= deadline:
+                    return "timed_out"
+                if cancel is not None and cancel.is_set():
+                    return "cancelled"
+                pause = min(delay if pidfd < 0 else 0.05, deadline - now)
+                if pidfd >= 0:
+                    poller.poll(pause * 1000)  # readable once the process exits
+                elif cancel is not None:
+                    cancel.wait(pause)
+                else:
+                    time.sleep(pause)
+                delay = min(delay * 2, 0.05)
+            return "exited"
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
 
     def _outcome(
         self,
@@ -277,6 +312,7 @@ class Bash(Tool):
             "stderr_sha256": err.hexdigest(),
             "duration_ms": duration_ms,
             "timed_out": ended == "timed_out",
+            "sandbox": self.sandbox.label,
         }
         if status is not ToolStatus.OK:
             evidence["error_code"] = "nonzero_exit" if ended == "exited" else ended

@@ -17,6 +17,12 @@ blocks ledger writes).  So:
   the bound passes.  With ``everything`` (the CLI process, which owns all of
   its children) it first becomes a child subreaper (Linux ``prctl``), so a
   grandchild orphaned by a kill is re-parented to us and found by the scan.
+* a stop that no fence preceded (a second Ctrl-C: ``stop_all(hold=True)``,
+  then ``os._exit``) makes every tool thread whose command ended report
+  nothing for :data:`HOLD_S` (:meth:`ChildProcesses.hold_if_exiting`): the
+  kill must never be recorded as the command's result; recovery settles the
+  call on resume.  After a fenced stop the thread reports at once (its
+  commit is refused by the fence) so the embedded worker can shut down.
 
 ``PROCESSES`` is the one registry of the process; tests make their own.
 """
@@ -36,7 +42,7 @@ from typing import Any
 
 from nahida_workers.errors import ToolError
 
-__all__ = ["PROCESSES", "STOPPING_CODE", "ChildProcesses", "descendants"]
+__all__ = ["HOLD_S", "PROCESSES", "STOPPING_CODE", "ChildProcesses", "descendants"]
 
 #: ToolError code of a command refused (or killed at birth) while stopping.
 STOPPING_CODE = "stopping"
@@ -46,6 +52,9 @@ SPAWN_WAIT_S = 0.5
 
 #: Seconds :meth:`ChildProcesses.stop_all` keeps re-scanning for live descendants.
 RESCAN_S = 1.0
+
+#: Seconds a tool thread holds its result once the gate closed (the CLI exits within it).
+HOLD_S = 30.0
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -109,8 +118,15 @@ class ChildProcesses:
         popen: the process factory (``subprocess.Popen``; a seam for tests).
     """
 
-    def __init__(self, *, popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen) -> None:
+    def __init__(
+        self,
+        *,
+        popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+        hold_s: float = HOLD_S,
+    ) -> None:
         self.popen = popen
+        self.hold_s = hold_s
+        self._holding = False  # a stop_all(hold=True): the process exits unfenced
         self._cond = threading.Condition(threading.RLock())  # RLock: a signal handler re-enters
         self._stopping = False
         self._spawning: set[int] = set()  # threads past the gate, not yet registered
@@ -165,6 +181,23 @@ class ChildProcesses:
             raise ToolError("killed at start: this process is stopping", code=STOPPING_CODE)
         return proc
 
+    def hold_if_exiting(self) -> None:
+        """After ``stop_all(hold=True)``, block the calling tool thread, then refuse.
+
+        Its command was killed (or ended) because this process is exiting
+        with no session fenced: whatever it would report is not the
+        command's outcome, and the process exits within :attr:`hold_s`
+        seconds, so nothing is recorded.
+
+        Raises:
+            ToolError: code ``stopping``, if the process is still alive after
+                :attr:`hold_s` seconds.
+        """
+        if not self._holding:
+            return
+        time.sleep(self.hold_s)
+        raise ToolError("killed: this process is stopping", code=STOPPING_CODE)
+
     def forget(self, pid: int) -> None:
         """Drop ``pid`` from the registry (after the caller reaped it)."""
         with self._cond:
@@ -174,6 +207,7 @@ class ChildProcesses:
         self,
         *,
         everything: bool = False,
+        hold: bool = False,
         spawn_wait_s: float = SPAWN_WAIT_S,
         rescan_s: float = RESCAN_S,
     ) -> int:
@@ -183,6 +217,9 @@ class ChildProcesses:
             everything: also kill every other descendant of this process (the
                 CLI, which owns all of its children); otherwise only the
                 registered children and their descendants.
+            hold: the process exits next with no session fenced: tool
+                threads hold what their killed commands would report
+                (:meth:`hold_if_exiting`).
             spawn_wait_s: seconds to wait for spawns already past the gate
                 (other threads'; the calling thread's own spawn cannot finish).
             rescan_s: seconds to keep re-scanning /proc for live descendants.
@@ -192,6 +229,7 @@ class ChildProcesses:
         me = threading.get_ident()
         with self._cond:
             self._stopping = True
+            self._holding = self._holding or hold  # before any kill: no thread reports it
             self._cond.wait_for(lambda: not (self._spawning - {me}), timeout=spawn_wait_s)
             registered = set(self._live)
         own_pid, own_group = os.getpid(), os.getpgrp()

@@ -14,6 +14,16 @@ environment is fixed so the launcher behaves the same on every worker:
   repository of a batch must not run code in the worker through them;
 * ``gc.auto=0`` and ``maintenance.auto=false``: no background repack or
   prune starts in a repository that other sessions are writing to;
+* no program the repository's configuration names runs in the launcher:
+  ``core.fsmonitor=false``, ``submodule.recurse=false``, an empty
+  ``diff.external``, and every filter (``clean``, ``smudge``, ``process``)
+  and diff driver (``textconv``, ``command``) the repository's own
+  configuration defines is overridden empty (:func:`_disarmed`; the system,
+  global and command-line scopes are the operator's and stay as they are).
+  A session's Bash can write the ``.git/config`` of a workspace that is a
+  repository's main checkout; the launcher, which runs unsandboxed, must not
+  then run what it names
+  (docs/security.md);
 * the repository locks this thread holds are inherited (``pass_fds``): a git
   orphaned by the launcher's death keeps the lock until it exits (lock.py).
 """
@@ -46,7 +56,12 @@ TRANSIENT_MARKERS = (
 )
 
 _DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
-_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "maintenance.auto=false")
+_CONFIG = (
+    "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+    "-c", "core.fsmonitor=false", "-c", "submodule.recurse=false", "-c", "diff.external=",
+)  # fmt: skip
+#: Configuration keys that name a program git would run for the launcher's commands.
+_PROGRAM_KEYS = r"^(filter|diff)\..+\.(clean|smudge|process|textconv|command)$"
 
 
 class GitCommandError(Exception):
@@ -105,7 +120,7 @@ def git(
         GitCommandError: git exited non-zero (``check``) or timed out (returncode -1).
         WorktreeUnavailableError: no ``git`` executable on this worker.
     """
-    command = ["git", "-C", str(cwd), *_CONFIG, *args]
+    command = ["git", "-C", str(cwd), *_CONFIG, *_disarmed(cwd), *args]
     try:
         done = subprocess.run(
             command,
@@ -125,3 +140,41 @@ def git(
     if check and done.returncode != 0:
         raise GitCommandError(args, done.returncode, done.stderr.strip())
     return done
+
+
+def _disarmed(cwd: Path) -> list[str]:
+    """``-c KEY=`` for every filter or diff-driver program the repository's config names.
+
+    Only the repository's own files are read (``--local`` and ``--worktree``,
+    their includes followed): the system, global and command-line scopes are
+    the operator's.  Reading runs nothing; an empty value turns the program
+    off (and a filter is no longer ``required``).  A directory that is not a
+    repository yet, or a git that cannot read it, gives no overrides.
+    """
+    overrides: list[str] = []
+    for scope in ("--local", "--worktree"):
+        for key in _program_keys(cwd, scope):
+            overrides += ["-c", f"{key}="]
+            if key.startswith("filter."):
+                overrides += ["-c", f"{key.rsplit('.', 1)[0]}.required=false"]
+    return overrides
+
+
+def _program_keys(cwd: Path, scope: str) -> list[str]:
+    """The keys of :data:`_PROGRAM_KEYS` set in one configuration scope of the repository."""
+    try:
+        command = ["git", "-C", str(cwd), "config", scope, "--includes", "--null"]
+        done = subprocess.run(
+            [*command, "--get-regexp", _PROGRAM_KEYS],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=_environment(None),
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    keys = (entry.split("\n", 1)[0].strip() for entry in done.stdout.split("\0"))
+    return [key for key in keys if key]

@@ -39,10 +39,11 @@ from nahida_workers.core.events import EventType, EvidenceKind
 from nahida_workers.core.records import InboxStatus
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
-from nahida_workers.runtime.wiring import load_tool
+from nahida_workers.runtime.wiring import build_registry
+from nahida_workers.settings import Settings
 from nahida_workers.testing import ListTaskQueue, memory_runner, run_inline, scripted_spec
 from nahida_workers.testing.fleet import make_repo
-from nahida_workers.testing.tools import DeliverOnce
+from nahida_workers.testing.tools import TEST_TOOL_PATHS, DeliverOnce
 from nahida_workers.tools.base import ToolContext, ToolRegistry
 from tests.conftest import PG_ADMIN_DSN, need_service
 
@@ -52,7 +53,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_deliver_once_records_every_execution_and_declares_no_idempotence(
     tmp_path: Path,
 ) -> None:
-    tool = load_tool(DELIVER)
+    # The chaos fleet registers it (NAHIDA_EXTRA_TOOLS); its jobs name it.
+    assert DELIVER == "DeliverOnce"
+    settings = Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))  # type: ignore[call-arg]
+    registry = build_registry([DELIVER], settings)
+    tool = registry.get(DELIVER)
     assert isinstance(tool, DeliverOnce)
     spec = tool.spec
     assert (spec.read_only, spec.concurrency_safe, spec.idempotent) == (False, False, False)

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -43,10 +44,11 @@ def _marked_shells(marker: str) -> set[int]:
     return leaders
 
 
-def _slow_job(tmp_path: Path, marker: str, stop_file: Path, *, name: str = "slow") -> Path:
-    """One Bash call that waits (60 s at most) until ``stop_file`` exists, then a final answer."""
+def _slow_job(tmp_path: Path, marker: str, *, name: str = "slow") -> Path:
+    """One Bash call that waits (60 s at most) until ``stop`` exists in its workspace
+    (the one directory the sandbox shares with it: :func:`_release`), then a final answer."""
     job = tmp_path / f"{name}.yaml"
-    command = f"for i in $(seq 600); do test -e {stop_file} && break; sleep 0.1; done # {marker}"
+    command = f"for i in $(seq 600); do test -e stop && break; sleep 0.1; done # {marker}"
     job.write_text(
         f"name: {name}\nprompt: go\ntools: [Bash]\nprovider:\n  kind: scripted\n  script:\n"
         "    turns:\n      - text: work\n        tool_calls:\n"
@@ -54,6 +56,12 @@ def _slow_job(tmp_path: Path, marker: str, stop_file: Path, *, name: str = "slow
         "      - text: done\n"
     )
     return job
+
+
+def _release(repos: list[Path]) -> None:
+    """Let every waiting command of :func:`_slow_job` in ``repos`` finish."""
+    for repo in repos:
+        (repo / "stop").write_text("")
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
@@ -69,8 +77,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, presses: int) -> None:
     marker = f"nahida-ctrlc-{uuid.uuid4().hex[:8]}"
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, marker, stop)
+    job = _slow_job(tmp_path, marker)
     repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
     db = tmp_path / "ledger.sqlite3"
     args = ["batch", str(job), "--local", "--db", str(db), "--workers", "2"]
@@ -97,7 +104,7 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
     statuses = sorted(s.status.value for s in ledger.sessions(batch_id=batch_id))
     assert statuses == ["queued", "running", "running"]
 
-    stop.write_text("")
+    _release(repos)
     resumed = nahida([*args, "--resume", batch_id[:8]], cwd=tmp_path, timeout=120)
     assert resumed.code == 0, resumed.output
     sessions = ledger.sessions(batch_id=batch_id)
@@ -110,35 +117,53 @@ def test_ctrl_c_counts_right_exits_130_kills_bash_and_resumes(tmp_path: Path, pr
     assert interrupted == 2, "the two Bash calls in flight were settled as interrupted"
 
 
-def test_timeout_exits_5_with_the_resume_hint(tmp_path: Path) -> None:
+def test_timeout_exits_5_with_the_resume_hint_promptly_and_quietly(tmp_path: Path) -> None:
     marker = f"nahida-timeout-{uuid.uuid4().hex[:8]}"
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, marker, stop)
+    job = _slow_job(tmp_path, marker)
     repo = make_repo(tmp_path / "r")
     db = tmp_path / "l.sqlite3"
     base = ["batch", str(job), "--local", "--db", str(db), "--repo", str(repo)]
-    proc = _start([*base, "--timeout", "1"], tmp_path)
+    proc = _start([*base, "--timeout", "2"], tmp_path)
+    lines: list[tuple[float, str]] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            lines.append((time.monotonic(), raw.decode(errors="replace")))
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
         wait_for(lambda: marked_processes(marker), timeout=60, what="the Bash sleep")
         # The Bash call waits 60 s: an exit well before means nothing waited for it.
-        _out, err_bytes = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        exited = time.monotonic()
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid in marked_processes(marker):
             os.kill(pid, signal.SIGKILL)
-    err = err_bytes.decode()
+    err = "".join(line for _at, line in lines)
     assert proc.returncode == 5, err
-    assert "timed out after 1s" in err and "--resume" in err and "Traceback" not in err
+    assert "timed out after 2s" in err and "--resume" in err and "Traceback" not in err
     assert marked_processes(marker) == []
+    (said,) = [at for at, line in lines if "timed out after" in line]
+    # As prompt as Ctrl-C: no wait for the worker threads' shutdown (it took 2-18 s).
+    assert exited - said < 1.0, f"exited {exited - said:.2f}s after the timeout message"
+    after = [line for at, line in lines if at >= said and "timed out after" not in line]
+    noise = [line for line in after if "WARNING" in line or "celery" in line.lower()]
+    assert not noise, f"log lines after the timeout message: {noise}"
+    ledger = SqlLedger(engine=make_engine(f"sqlite:///{db}"))
+    (session,) = ledger.sessions()
+    assert session.status is SessionStatus.RUNNING  # fenced, left for --resume
 
 
 def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:
-    stop = tmp_path / "stop"
-    stop.write_text("")
-    job = _slow_job(tmp_path, "x", stop)
-    other_job = _slow_job(tmp_path, "y", stop, name="other")
+    job = _slow_job(tmp_path, "x")
+    other_job = _slow_job(tmp_path, "y", name="other")
     repos = [make_repo(tmp_path / f"r{i}") for i in range(2)]
+    _release(repos)
     db = tmp_path / "l.sqlite3"
     report = tmp_path / "rep.json"
     two = ["--repo", str(repos[0]), "--repo", str(repos[1])]
@@ -161,7 +186,7 @@ def test_resume_refuses_another_job_or_repository_list(tmp_path: Path) -> None:
 
 def test_distributed_batch_with_no_worker_says_so(fleet: Fleet, tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
-    job = _slow_job(tmp_path, "none", tmp_path)
+    job = _slow_job(tmp_path, "none")
     done = nahida(
         ["batch", str(job), "--repo", str(repo), "--timeout", "9"], cwd=tmp_path, env=fleet.env()
     )
@@ -186,8 +211,7 @@ def test_distributed_batch_rides_out_a_short_ledger_outage(
     fleet: Fleet, pg: SqlLedger, postgres_url: str, postgres_engine: Engine, tmp_path: Path
 ) -> None:
     """A 4 s outage (backends terminated, connections refused) while the batch waits."""
-    stop = tmp_path / "stop"
-    job = _slow_job(tmp_path, f"outage-{uuid.uuid4().hex[:6]}", stop)
+    job = _slow_job(tmp_path, f"outage-{uuid.uuid4().hex[:6]}")
     repos = [make_repo(tmp_path / f"r{i}") for i in range(3)]
     fleet.start_worker(queues="sessions", concurrency=3, name="s1")
     args = ["batch", str(job)]
@@ -213,7 +237,7 @@ def test_distributed_batch_rides_out_a_short_ledger_outage(
     finally:
         _set_connections(db_name, True)
         postgres_engine.dispose()  # its pooled connections were terminated too
-    stop.write_text("")
+    _release(repos)
     out, err = proc.communicate(timeout=120)
     text = out.decode() + err.decode()
     assert proc.returncode == 0, text

@@ -168,7 +168,9 @@ def test_mock_llm_with_a_bad_script_is_an_input_error(tmp_path: Path, body: byte
 
 # -- 4: recorded, delivered when the broker is back ------------------------------------
 class _NoQueue:
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
         """Publishes nothing (the session only needs to exist)."""
 
 

@@ -192,12 +192,20 @@ def test_resume_finishes_an_interrupted_batch_without_rerunning_finished_session
     tmp_path: Path,
 ) -> None:
     repos = [make_repo(tmp_path / f"r{i}") for i in range(5)]
-    marks = tmp_path / "marks.txt"
+
+    def marks() -> list[str]:  # each session marks its own workspace (Bash writes nowhere else)
+        return [
+            ln
+            for r in repos
+            if (r / "marks.txt").exists()
+            for ln in (r / "marks.txt").read_text().splitlines()
+        ]
+
     job = tmp_path / "slow.yaml"
     job.write_text(
         "name: slow\nprompt: go\ntools: [Bash]\nprovider:\n  kind: scripted\n  script:\n"
         "    turns:\n      - text: work\n        tool_calls:\n"
-        f"          - {{id: b, name: Bash, arguments: {{command: 'basename $PWD >> {marks}; "
+        "          - {id: b, name: Bash, arguments: {command: 'basename $PWD >> marks.txt; "
         "sleep 1'}}\n      - text: done\n"
     )
     db = tmp_path / "l.db"
@@ -217,11 +225,11 @@ def test_resume_finishes_an_interrupted_batch_without_rerunning_finished_session
     first = _nahida([*base, "--timeout", "0.5"], _clean_env(), tmp_path)
     assert first.returncode == 5, first.stdout + first.stderr  # timed out: resumable
     batch_id = json.loads((tmp_path / "rep.json").read_text())["batch_id"]
-    ran_first = marks.read_text().splitlines()
+    ran_first = marks()
     assert 0 < len(ran_first) < 5
     second = _nahida([*base, "--resume", batch_id], _clean_env(), tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
-    ran = marks.read_text().splitlines()
+    ran = marks()
     assert sorted(ran) == [f"r{i}" for i in range(5)], "each session ran exactly once"
     report = json.loads((tmp_path / "rep.json").read_text())
     assert report["batch_id"] == batch_id and report["summary"] == {"completed": 5}

@@ -37,14 +37,15 @@ def test_cancelling_a_waiting_parent_cancels_its_running_children(
     fleet: Fleet, pg: SqlLedger, tmp_path: Path, redis_server: str
 ) -> None:
     fleet.start_worker(concurrency=3, pool="threads")
-    marker = tmp_path / "started.txt"
+    repo = make_repo(tmp_path / "repo")
+    marker = repo / "started.txt"  # the children share the workspace: Bash writes nowhere else
     spec = scripted_spec(
         [{"text": "Two slow areas.", "tool_calls": [task(c) for c in CALLS]}, {"text": "Never."}],
         tools=["Task"],
         agents={"leaf": bash_leaf(f"echo $NAHIDA_SESSION_ID >> {marker}; sleep 30")},
     )
     dispatcher = fleet.dispatcher(pg)
-    parent = submit(dispatcher, spec, make_repo(tmp_path / "repo"))
+    parent = submit(dispatcher, spec, repo)
     wait_for(lambda: len(lines(marker)) == 2, timeout=30, what="both children's Bash to start")
     wait_for(
         lambda: pg.get_session(parent).status.value == "waiting",  # type: ignore[union-attr]

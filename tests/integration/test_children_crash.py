@@ -104,14 +104,15 @@ def test_child_killed_mid_bash_is_recovered_and_adopted_once(
     fleet = _fleet(postgres_url, redis_server, tmp_path)
     try:
         worker = fleet.start_worker(name="pf", concurrency=2, pool="prefork")
-        marker = tmp_path / "ran.txt"
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "ran.txt"  # the child shares the workspace: Bash writes nowhere else
         leaf = bash_leaf(f"echo $NAHIDA_SESSION_ID >> {marker}; sleep 3; echo ok")
         spec = scripted_spec(
             [{"text": "One area.", "tool_calls": [task("call_a")]}, {"text": "Done."}],
             tools=["Task"],
             agents={"leaf": leaf},
         )
-        parent = submit(fleet.dispatcher(pg), spec, make_repo(tmp_path / "repo"))
+        parent = submit(fleet.dispatcher(pg), spec, repo)
         wait_for(lambda: lines(marker), timeout=30, what="the child's Bash call to start")
         (run,) = pg.runs_of(parent)
         kid = child_id(run.run_id, "call_a")

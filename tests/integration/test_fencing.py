@@ -36,7 +36,7 @@ def test_a_paused_owner_resumed_after_its_lease_writes_nothing_and_runs_nothing(
     fleet = Fleet(postgres_url, redis_server, logs, lease_ttl_s=1.5, visibility_timeout_s=600)
     try:
         repo = make_repo(tmp_path / "repo")
-        first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+        first, second = repo / "first.txt", repo / "second.txt"  # Bash writes nowhere else
         spec = scripted_spec(
             [
                 {

@@ -73,9 +73,10 @@ def test_sigterm_mid_bash_hands_the_session_over_at_once_and_runs_nothing_twice(
     )
     try:
         workers = [fleet.start_worker(name=f"w{i}", concurrency=2, pool=pool) for i in (1, 2)]
-        marker = tmp_path / "marker.txt"
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
         dispatcher = fleet.dispatcher(pg)
-        sid = submit(dispatcher, handover_spec(marker), make_repo(tmp_path / "repo"))
+        sid = submit(dispatcher, handover_spec(marker), repo)
         wait_for(lambda: _lines(marker), timeout=30, what="c1 to start")
         owner, heir = sorted(workers, key=lambda w: f"session {sid}: run" not in w.text())
 

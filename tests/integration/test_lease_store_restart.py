@@ -87,8 +87,9 @@ def test_a_redis_restart_mid_bash_lets_the_live_owner_finish_its_command(
     fleet = Fleet(postgres_url, private_redis.url, logs, lease_ttl_s=3.0, visibility_timeout_s=10)
     try:
         worker = fleet.start_worker(name="owner", concurrency=1)
-        marker = tmp_path / "marker.txt"
-        sid = submit(fleet.dispatcher(pg), _spec(marker, 4), make_repo(tmp_path / "repo"))
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
+        sid = submit(fleet.dispatcher(pg), _spec(marker, 4), repo)
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash command to start")
         private_redis.restart()  # every key is gone: the lease, the queues, the unacked message
         wait_done(pg, sid, timeout=60)
@@ -121,9 +122,10 @@ def test_another_token_on_the_lease_stops_the_owner_and_the_record_says_so(
     fleet = Fleet(postgres_url, private_redis.url, logs, lease_ttl_s=3.0, visibility_timeout_s=600)
     try:
         worker = fleet.start_worker(name="owner", concurrency=1)
-        marker = tmp_path / "marker.txt"
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
         dispatcher = fleet.dispatcher(pg)
-        sid = submit(dispatcher, _spec(marker, 6), make_repo(tmp_path / "repo"))
+        sid = submit(dispatcher, _spec(marker, 6), repo)
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash command to start")
         leases = RedisLeaseStore.from_url(
             f"{private_redis.url}/{LEASE_DB}", key_prefix=fleet.prefix
@@ -169,9 +171,10 @@ def test_a_redispatch_in_the_retake_window_does_not_preempt_the_live_owner(
     fleet = Fleet(postgres_url, private_redis.url, logs, lease_ttl_s=15, visibility_timeout_s=60)
     try:
         workers = [fleet.start_worker(name=f"w{i}", concurrency=1) for i in (1, 2)]
-        marker = tmp_path / "marker.txt"
+        repo = make_repo(tmp_path / "repo")
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
         dispatcher = fleet.dispatcher(pg)
-        sid = submit(dispatcher, _spec(marker, 10), make_repo(tmp_path / "repo"))
+        sid = submit(dispatcher, _spec(marker, 10), repo)
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash command to start")
         owner, other = sorted(workers, key=lambda w: f"session {sid}: run" not in w.text())
         owner.kill(signal.SIGSTOP)

@@ -102,7 +102,7 @@ def test_prefork_child_killed_mid_bash_is_followed_by_a_taker_without_beat(
     try:
         worker = fleet.start_worker(name="pf", concurrency=2, pool="prefork")
         repo = make_repo(tmp_path / "repo")
-        marker = tmp_path / "marker.txt"
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
         sid = submit(fleet.dispatcher(pg), _slow_bash_spec(marker, 20), repo)  # type: ignore[arg-type]
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash tool to start")
         child = _owner_pid(_leases(fleet, redis_server), sid)
@@ -127,7 +127,7 @@ def test_threads_owner_killed_after_its_message_was_acked_by_a_copy(
     try:
         workers = [fleet.start_worker(name=n, concurrency=1) for n in ("A", "B")]
         repo = make_repo(tmp_path / "repo")
-        marker = tmp_path / "marker.txt"
+        marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
         sid = submit(fleet.dispatcher(pg), _slow_bash_spec(marker, 15), repo)  # type: ignore[arg-type]
         wait_for(lambda: _lines(marker), timeout=30, what="the Bash tool to start")
         owner_pid = _owner_pid(_leases(fleet, redis_server), sid)
@@ -164,7 +164,16 @@ def test_a_session_that_kills_its_worker_every_time_ends_poison_session(
 ) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
-    fleet = Fleet(postgres_url, redis_server, logs, lease_ttl_s=1.0, visibility_timeout_s=3.0)
+    # The command kills the worker that runs it (standing in for any crash of
+    # the worker mid-call): only an unsandboxed command can reach its worker.
+    fleet = Fleet(
+        postgres_url,
+        redis_server,
+        logs,
+        lease_ttl_s=1.0,
+        visibility_timeout_s=3.0,
+        extra_env={"NAHIDA_SANDBOX": "none"},
+    )
     try:
         repo = make_repo(tmp_path / "repo")
         marker = tmp_path / "kills.txt"

@@ -27,6 +27,7 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.spec import JobSpec
 from nahida_workers.schedules.model import FireOutcome, FireRecord, Overlap, ScheduleDef
+from nahida_workers.schedules.scheduler import REDRIVE_AFTER_S
 from nahida_workers.schedules.sql import SqlScheduleStore
 from nahida_workers.testing.fleet import Fleet, make_repo, wait_for
 
@@ -121,7 +122,7 @@ def test_two_beats_dispatch_each_fire_time_once_and_skip_never_overlaps(
     wait_for(lambda: _settled(store, every2) and _settled(store, slow), timeout=30, what="dispatch")
     wait_for(lambda: _all_done(pg), timeout=60, what="every fire's sessions to finish")
     for beat in beats:
-        assert "Sending due task nahida-schedule-tick" in beat.text()
+        assert "Running due control job nahida-schedule-tick" in beat.text()
 
     # exactly one batch per scheduled fire time, one session per repository
     fires = _fires(store, every2)
@@ -179,9 +180,8 @@ def test_beat_killed_for_three_periods_catches_up_inside_the_window_and_misses_o
     beat.kill(signal.SIGKILL)
     beat.proc.wait(timeout=10)
     killed_at = datetime.now(UTC)
-    wait_for(
-        lambda: _settled(store, inside) and _settled(store, outside), timeout=20, what="dispatch"
-    )
+    # Beat dispatches the fires it decides: one killed mid-dispatch stays
+    # ``dispatching`` until the next beat re-drives it (REDRIVE_AFTER_S).
     before = {s: _fires(store, s)[-1].fire_time for s in (inside, outside)}
     outage = 3 * PERIOD_S + 0.5
     time.sleep(outage)  # the outage itself: three fire periods with no beat
@@ -195,7 +195,12 @@ def test_beat_killed_for_three_periods_catches_up_inside_the_window_and_misses_o
         timeout=30,
         what="fires after the restart",
     )
-    beat.stop()
+    wait_for(
+        lambda: _settled(store, inside) and _settled(store, outside),
+        timeout=REDRIVE_AFTER_S + 30,
+        what="dispatch (a fire the kill interrupted is re-driven)",
+    )
+    beat.stop()  # SIGTERM: beat lets the dispatch in flight finish
     wait_for(
         lambda: _settled(store, inside) and _settled(store, outside), timeout=20, what="dispatch"
     )

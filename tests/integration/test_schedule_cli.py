@@ -23,17 +23,25 @@ pytestmark = pytest.mark.slow
 SURVEY = ROOT / "config" / "jobs" / "repo-survey.yaml"
 
 
-def _env() -> dict[str, str]:
+def _env(tick: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NAHIDA_")}
-    env.update({"NAHIDA_ENV_FILE": "/dev/null", "NAHIDA_SCHEDULE_TICK_S": "0.5"})
+    env.update({"NAHIDA_ENV_FILE": "/dev/null", "NAHIDA_SCHEDULE_TICK_S": tick})
     return env
 
 
-def nahida(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _fast_file(tmp_path: Path, repo: Path) -> Path:
+    path = tmp_path / "fast.yaml"
+    path.write_text(
+        f"schedules:\n  - name: fast\n    job: {SURVEY}\n    repos: [{repo}]\n    every: 1s\n"
+    )
+    return path
+
+
+def nahida(cwd: Path, *args: str, tick: str = "0.5") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nahida_workers.cli", *args],
         cwd=cwd,
-        env=_env(),
+        env=_env(tick),
         capture_output=True,
         text=True,
         timeout=180,
@@ -90,6 +98,14 @@ def test_schedule_commands_and_their_errors(tmp_path: Path) -> None:
         assert failed.returncode == 2, (args, failed.stdout, failed.stderr)
         assert message in failed.stderr
         assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr  # one line, no traceback
+
+    # A period shorter than the tick: refused (60 % of a 1 s schedule's fires were skipped).
+    fast = [*add[:2], "fast", *add[3:]]
+    for command in (fast, ["schedule", "apply", str(_fast_file(tmp_path, repo)), "--local"]):
+        refused = nahida(tmp_path, *command, tick="5")
+        assert refused.returncode == 2, refused.stderr
+        assert "the period (1s) is shorter than the tick interval" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
     paused = nahida(tmp_path, "schedule", "pause", sid[:8], "--local")  # a unique id prefix
     assert paused.returncode == 0 and sid in paused.stdout

@@ -68,7 +68,7 @@ def test_sigkill_mid_bash_is_finished_by_another_worker_without_rerunning(
     worker finishes: one terminal event, the killed call closed as
     `interrupted`, and the command ran once (marker file), not twice."""
     repo = make_repo(tmp_path / "repo")
-    marker = tmp_path / "marker.txt"
+    marker = repo / "marker.txt"  # inside the workspace: Bash writes nowhere else
     spec = scripted_spec(
         [
             {
@@ -126,7 +126,7 @@ def test_b01_redelivered_copies_of_a_running_session_do_nothing(
         a = fleet.start_worker(name="A", concurrency=1)
         b = fleet.start_worker(name="B", concurrency=1)
         repo = make_repo(tmp_path / "repo")
-        marker = tmp_path / "calls.txt"
+        marker = repo / "calls.txt"  # inside the workspace: Bash writes nowhere else
         spec = scripted_spec(
             [
                 {
@@ -199,7 +199,7 @@ def test_sweeper_redispatches_a_session_whose_owner_died(
     fleet = Fleet(postgres_url, redis_server, logs, lease_ttl_s=1.0, visibility_timeout_s=3600)
     try:
         repo = make_repo(tmp_path / "repo")
-        marker = tmp_path / "m.txt"
+        marker = repo / "m.txt"  # inside the workspace: Bash writes nowhere else
         spec = scripted_spec(
             [
                 {

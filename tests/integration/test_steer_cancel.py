@@ -30,7 +30,8 @@ def _nahida(args: list[str], fleet: Fleet) -> subprocess.CompletedProcess[str]:
 
 def test_steer_while_running_and_cancel(fleet: Fleet, pg: SqlLedger, tmp_path: Path) -> None:
     fleet.start_worker(name="w")
-    marker = tmp_path / "started"
+    r1 = make_repo(tmp_path / "r1")
+    marker = r1 / "started"  # inside the workspace: Bash writes nowhere else
     busy = scripted_spec(
         [
             {
@@ -48,7 +49,7 @@ def test_steer_while_running_and_cancel(fleet: Fleet, pg: SqlLedger, tmp_path: P
         tools=("Bash",),
     )
     dispatcher = fleet.dispatcher(pg)
-    sid = submit(dispatcher, busy, make_repo(tmp_path / "r1"))
+    sid = submit(dispatcher, busy, r1)
     wait_for(marker.exists, timeout=20, what="the tool to start")
     for _ in range(2):  # the same message id twice is one message
         done = _nahida(["steer", sid, "also look at docs/", "--message-id", "s-1"], fleet)

@@ -13,7 +13,7 @@ from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.fleet import Fleet, make_repo, submit, terminal_events, wait_done
 
 pytestmark = pytest.mark.slow
-SLEEP = "nahida_workers.testing.tools:Sleep"
+SLEEP = "Sleep"  # registered by the test fleet (NAHIDA_EXTRA_TOOLS)
 
 
 def _spec(n: int, ms: int) -> object:

@@ -42,13 +42,12 @@ def test_importing_the_app_reads_no_environment() -> None:
     assert "imported" in done.stdout
 
 
-def test_beat_ticks_the_schedules_next_to_the_sweeper() -> None:
-    """Issue 14: beat sends the schedule tick; stale ticks expire (the next one decides)."""
-    from nahida_workers.celery.config import SCHEDULE_TICK, SWEEP
+def test_beat_ticks_the_schedules_next_to_the_sweeper_in_beat_itself() -> None:
+    """Beat runs the tick and the sweep (celery/beat.py): nothing waits in a queue."""
+    from nahida_workers.celery.config import BEAT_SCHEDULER, SCHEDULE_TICK, SWEEP
 
     conf = celery_config(_settings(schedule_tick_s=2))
     beat = {entry["task"]: entry for entry in conf["beat_schedule"].values()}
     assert set(beat) == {SWEEP, SCHEDULE_TICK}
-    assert beat[SCHEDULE_TICK]["schedule"] == 2
-    assert beat[SCHEDULE_TICK]["options"]["expires"] == 4
-    assert conf["task_routes"][SCHEDULE_TICK] == {"queue": "sessions"}
+    assert beat[SCHEDULE_TICK]["schedule"].run_every.total_seconds() == 2
+    assert conf["beat_scheduler"] == BEAT_SCHEDULER

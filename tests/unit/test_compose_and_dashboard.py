@@ -40,10 +40,12 @@ def test_compose_config_is_valid_and_waits_for_the_migration() -> None:
     assert services["migrate"]["restart"] == "no"
     ports = {
         name: services[name]["environment"].get("NAHIDA_METRICS_PORT")
-        for name in ("session-worker", "tool-worker")
+        for name in ("session-worker", "tool-worker", "beat")
     }
     assert all(ports.values()) and len(set(ports.values())) == len(ports), ports
     assert (ROOT / ".dockerignore").exists()
+    # Beat keeps no schedule file (celery/beat.py): nothing to give each replica.
+    assert "-s" not in services["beat"]["command"], services["beat"]["command"]
 
 
 def test_the_dashboard_charts_only_metrics_that_exist() -> None:

@@ -72,6 +72,30 @@ CHILD = textwrap.dedent(
 )
 
 
+def test_commands_run_unsandboxed_are_counted_and_reported(tmp_path: Path) -> None:
+    """NAHIDA_SANDBOX=none: the receipt, the metric and the batch report all say so."""
+    from nahida_workers.cli.render import summary_sentence
+    from nahida_workers.cli.report import session_row
+    from nahida_workers.runtime.wiring import registry_for
+    from nahida_workers.settings import Settings
+
+    calls = [{"id": "b", "name": "Bash", "arguments": {"command": "true"}}]
+    spec = scripted_spec([{"text": "run", "tool_calls": calls}, {"text": "done"}], tools=["Bash"])
+    rows = {}
+    for mode in ("bwrap", "none"):
+        settings = Settings(_env_file=None, sandbox=mode)  # type: ignore[call-arg]
+        runner = memory_runner(registry_for=lambda s, settings=settings: registry_for(s, settings))
+        before = _value("nahida_unsandboxed_tool_calls_total", {"tool": "Bash"})
+        result = run_inline(spec, tmp_path, runner=runner)
+        assert [r.evidence["sandbox"] for r in result.receipts] == [mode]
+        added = _value("nahida_unsandboxed_tool_calls_total", {"tool": "Bash"}) - before
+        assert added == (1 if mode == "none" else 0)
+        rows[mode] = session_row(runner.ledger, result.session)
+    assert rows["bwrap"]["unsandboxed_calls"] == 0 and rows["none"]["unsandboxed_calls"] == 1
+    report = {"batch_id": "b", "summary": {}, "sessions": [rows["none"]], "unsandboxed_sessions": 1}
+    assert "1 of them ran commands unsandboxed" in summary_sentence(report)
+
+
 def test_worker_processes_share_one_port_in_multiprocess_mode(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}

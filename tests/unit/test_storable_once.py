@@ -60,6 +60,9 @@ def test_a_session_row_read_back_is_not_cleaned_again(monkeypatch: pytest.Monkey
         cancel_requested_at=None,
         open_epoch=None,
         crash_streak=0,
+        priority=None,
+        admission_group=None,
+        admission=None,
     )
     walked: list[Any] = []
     monkeypatch.setattr(records, "clean_json", lambda v: walked.append(v) or v)

@@ -276,6 +276,9 @@ class Spawner:
             config=child_spec.model_dump(mode="json"),
             created_at=now,
             updated_at=now,
+            # A child runs at its parent's priority, under its parent's cap.
+            priority=self.session.priority,
+            admission_group=self.session.admission_group,
         )
         ancestors = [*parent.lineage.get("ancestors", []), self.session.session_id]
         link = ChildLink(

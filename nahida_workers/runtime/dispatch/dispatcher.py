@@ -32,6 +32,7 @@ from nahida_workers.ports import (
     ArtifactStore,
     Clock,
     LedgerOutbox,
+    LedgerReader,
     LedgerWriter,
     TaskQueue,
     TxT,
@@ -49,8 +50,13 @@ __all__ = [
 ]
 
 
-class DispatchLedger(LedgerWriter[TxT], LedgerOutbox[TxT], ArtifactStore, Protocol[TxT]):
-    """The ledger ports the dispatcher uses: batch and status writes, the outbox, artifacts."""
+class DispatchLedger(
+    LedgerWriter[TxT], LedgerOutbox[TxT], LedgerReader, ArtifactStore, Protocol[TxT]
+):
+    """The ledger ports the dispatcher uses: batch and status writes, the outbox, artifacts.
+
+    It reads a session's priority when it publishes a row another commit wrote.
+    """
 
 
 log = logging.getLogger(__name__)
@@ -73,7 +79,9 @@ class RecordOnlyQueue:
     publishes every pending outbox row when the broker is back.
     """
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
         """Raise :class:`PublishDeferred` (the dispatcher then leaves the row unpublished)."""
         raise PublishDeferred(session_id)
 
@@ -119,6 +127,16 @@ class Dispatcher:
             self.ledger.create_batch(tx, batch)
         return batch
 
+    def set_cap(self, group: str, max_running: int | None) -> None:
+        """Create or update admission group ``group`` with its cap (None or 0: no cap).
+
+        At most ``max_running`` sessions of the group run at once; a delivery
+        over it is deferred until a slot frees (``runtime/dispatch/admission.py``).
+        """
+        from nahida_workers.ledger.admission import admission_ledger
+
+        admission_ledger(self.ledger).set_cap(group, max_running, at=self.clock.now())
+
     def submit_all(
         self,
         spec: SessionSpec,
@@ -126,12 +144,15 @@ class Dispatcher:
         *,
         batch_id: str,
         key: Callable[[str], str],
+        priority: int | None = None,
+        admission_group: str | None = None,
     ) -> list[tuple[SessionRecord, bool]]:
         """One session per workspace in ``batch_id``, each under the idempotency key ``key(ws)``.
 
         The batch path shared by ``nahida batch`` and schedule fires: a
         workspace whose key is already known gets its existing session back
         (``created`` False) and nothing is written or published for it.
+        ``priority`` and ``admission_group`` as in :meth:`submit`.
         """
         provider, model = provider_labels(spec)
         return [
@@ -142,6 +163,8 @@ class Dispatcher:
                 idempotency_key=key(workspace),
                 provider_name=provider,
                 model=model,
+                priority=priority,
+                admission_group=admission_group,
             )
             for workspace in workspaces
         ]
@@ -158,8 +181,14 @@ class Dispatcher:
         run_id: str | None = None,
         provider_name: str = "scripted",
         model: str = "scripted",
+        priority: int | None = None,
+        admission_group: str | None = None,
     ) -> tuple[SessionRecord, bool]:
         """Create (or find) a session and publish its task.
+
+        ``priority`` (0-9, 9 most urgent; None: the default) orders the
+        broker's queue; ``admission_group`` names the cap the session counts
+        against (:meth:`set_cap`; None: none).
 
         Returns:
             ``(session, created)``; ``created`` is False when the idempotency
@@ -177,6 +206,8 @@ class Dispatcher:
             idempotency_key=idempotency_key,
             created_at=now,
             updated_at=now,
+            priority=priority,
+            admission_group=admission_group,
         )
         outbox = OutboxRecord(
             outbox_id=self.ids(),
@@ -202,7 +233,7 @@ class Dispatcher:
         )
         stored, created = self.ledger.open_session(session, run, [prompt], outbox)
         if created:
-            self._publish(outbox)
+            self._publish(outbox, priority=priority)
         return stored, created
 
     def _snapshot(self, spec: SessionSpec, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -221,19 +252,24 @@ class Dispatcher:
             Exception: whatever the broker raised; the row stays unpublished
                 and :meth:`publish_pending` publishes it later.
         """
-        self._publish(record)
+        self._publish(record, priority=self._priority_of(record.session_id))
 
-    def _publish(self, record: OutboxRecord) -> None:
+    def _publish(self, record: OutboxRecord, *, priority: int | None) -> None:
         task_id = f"session-{record.session_id}-{record.outbox_id}"
-        self.queue.publish_session(record.session_id, task_id=task_id)
+        self.queue.publish_session(record.session_id, task_id=task_id, priority=priority)
         self.ledger.mark_published(record.outbox_id, at=self.clock.now())
+
+    def _priority_of(self, session_id: str) -> int | None:
+        """The session's recorded priority (None when unknown: the default)."""
+        session = self.ledger.get_session(session_id)
+        return None if session is None else session.priority
 
     def publish_pending(self, *, limit: int = 100) -> int:
         """Publish outbox rows a crash left unpublished; returns how many."""
         published = 0
         for record in self.ledger.pending_outbox(limit=limit):
             try:
-                self._publish(record)
+                self._publish(record, priority=self._priority_of(record.session_id))
             except Exception as exc:  # broker down: the row stays pending for the next sweep
                 log.warning("outbox %s not published: %s", record.outbox_id, exc)
                 break
@@ -258,4 +294,4 @@ class Dispatcher:
             self.ledger.add_outbox(tx, record)
             if touch_status is not None:
                 self.ledger.set_session_status(tx, session_id, touch_status, at=record.created_at)
-        self._publish(record)
+        self._publish(record, priority=self._priority_of(session_id))

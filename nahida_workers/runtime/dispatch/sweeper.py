@@ -13,9 +13,14 @@
 * After the broker lost its messages (detected by the caller, e.g. a Redis
   restart), queued sessions are dispatched again at once.
 * A session that wrote nothing for ``settle_after_s`` and has no owner is
-  settled ``failed/abandoned``.
+  settled ``failed/abandoned`` -- unless no owner ever took it (it waits in
+  the queue or for a slot under its group's cap: waiting is not a crash).
 * Team claims whose holder ended or lost ownership are released after a
   bound (``release_claims``, DESIGN.md section 8; ``runtime/commits/team.py``).
+* A session deferred by its group's cap has no message queued on purpose:
+  it is never re-dispatched; instead every group with deferred sessions is
+  released as far as its cap has room (a crash between a seal and its
+  release left them waiting; ``runtime/dispatch/admission.py``).
 
 Re-dispatching is always safe: a duplicate delivery finds the lease held or
 the session done and exits without writing.
@@ -26,10 +31,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from nahida_workers.core.events import SessionStatus
+from nahida_workers.core.records import Admission, SessionRecord
+from nahida_workers.ledger.admission import admission_ledger
 from nahida_workers.ports import Clock, LeaseStore, LedgerReader
+from nahida_workers.runtime.dispatch.admission import free_slot
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.ownership.session import SessionRunner
 
@@ -46,7 +54,8 @@ class SweepReport:
     redispatched: tuple[str, ...]
     settled: tuple[str, ...] = ()
     broker_reset: bool = False
-    released: tuple[tuple[str, str], ...] = ()
+    released: int = 0
+    claims_released: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -90,23 +99,26 @@ class Sweeper:
         reset = self.broker_reset()
         if reset:
             log.warning("the broker lost its messages; re-dispatching every ownerless session")
-        settled: list[str] = []
-        if self.runner is not None:
-            cutoff = now - timedelta(seconds=self.settle_after_s)
-            for session_id in self.ledger.quiet_sessions(older_than=cutoff):
-                if self.leases.holder(session_id) is None and self.runner.settle(session_id):
-                    settled.append(session_id)
+        settled = self._settle(now)
         redispatched: list[str] = []
         after_s = {
             SessionStatus.QUEUED: self.redispatch_queued_after_s,
             SessionStatus.RUNNING: self.redispatch_after_s,
         }
-        for session in self.ledger.sessions(statuses=list(after_s)):
-            if session.session_id in settled:
+        # Only the rows quiet long enough are read: behind a backlog of
+        # thousands of queued sessions a sweep stays a few cheap queries.
+        candidates = [
+            session
+            for status, quiet_for_s in after_s.items()
+            for session in self.ledger.sessions(
+                statuses=[status],
+                updated_before=None if reset else now - timedelta(seconds=quiet_for_s),
+            )
+        ]
+        for session in candidates:
+            if session.session_id in settled or session.admission is Admission.DEFERRED:
                 continue
             quiet_s = (now - session.updated_at).total_seconds()
-            if not reset and quiet_s < after_s[session.status]:
-                continue
             if self.leases.holder(session.session_id) is not None:
                 continue
             log.warning(
@@ -117,5 +129,34 @@ class Sweeper:
             )
             self.dispatcher.redispatch(session.session_id, touch_status=session.status)
             redispatched.append(session.session_id)
-        released = self.release_claims() if self.release_claims is not None else []
-        return SweepReport(published, tuple(redispatched), tuple(settled), reset, tuple(released))
+        released = self._release(now)
+        claims = self.release_claims() if self.release_claims is not None else []
+        return SweepReport(
+            published, tuple(redispatched), tuple(settled), reset, released, tuple(claims)
+        )
+
+    def _settle(self, now: datetime) -> list[str]:
+        """Settle ownerless sessions with no progress for ``settle_after_s`` (never-owned: not)."""
+        settled: list[str] = []
+        if self.runner is None:
+            return settled
+        cutoff = now - timedelta(seconds=self.settle_after_s)
+        for session_id in self.ledger.quiet_sessions(older_than=cutoff):
+            session = self.ledger.get_session(session_id)
+            if session is None or _never_owned(session) or session.admission is Admission.DEFERRED:
+                continue  # waiting for a delivery or a slot (a backlog, a cap) is not stuck
+            if self.leases.holder(session_id) is None and self.runner.settle(session_id):
+                settled.append(session_id)
+        return settled
+
+    def _release(self, now: datetime) -> int:
+        """Release deferred sessions of every group whose cap has room."""
+        released = 0
+        for group in admission_ledger(self.ledger).deferred_groups():
+            released += free_slot(self.ledger, group, at=now, publish=self.dispatcher.publish)
+        return released
+
+
+def _never_owned(session: SessionRecord) -> bool:
+    """Queued and never taken by an owner (its fencing epoch was never bumped)."""
+    return session.status is SessionStatus.QUEUED and session.lease_epoch == 0

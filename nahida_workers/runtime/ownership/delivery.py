@@ -19,6 +19,7 @@ from nahida_workers.constants import (
 )
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.records import InboxLimits, OutboxRecord
+from nahida_workers.plugins import StopHooks
 from nahida_workers.ports import Clock, LeaseStore, Ledger, Provider
 from nahida_workers.runtime.fanout.executor import ToolExecutor
 from nahida_workers.runtime.observe.channel import EventSink, NullSink
@@ -63,6 +64,8 @@ class DeliveryPorts:
             posted under (DESIGN.md section 8).
         worktrees: makes the git worktrees of ``isolation: worktree``
             children (None: such Task calls are refused).
+        stop_hooks: the stop hooks the operator registered; a job's other
+            names are never imported (``nahida_workers/plugins.py``).
         draining: True once this worker is shutting down (DESIGN.md section 8,
             shutdown): each owner stops at its next boundary -- no new provider
             turn, tool batch or stop hook starts -- and hands its session over.
@@ -84,4 +87,5 @@ class DeliveryPorts:
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
     worktrees: WorktreeManager | None = None
+    stop_hooks: StopHooks = field(default_factory=StopHooks)
     draining: Callable[[], bool] = field(default=lambda: False)

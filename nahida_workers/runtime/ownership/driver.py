@@ -524,6 +524,7 @@ class RunDriver:
                 answer=answer,
                 workspace=Path(self.session.workspace),
             ),
+            registered=self.r.stop_hooks,
             timeout_s=self.spec.limits.stop_hook_timeout_s,
         )
         return Event(

@@ -1,6 +1,8 @@
 """Stop hooks: user code asked whether a run may stop (DESIGN.md section 6).
 
-A stop hook is a function named ``module:function`` in a job's ``stop_hooks``.
+A stop hook is a function the operator registered (``NAHIDA_STOP_HOOKS`` or
+the ``nahida.stop_hooks`` entry-point group, :mod:`nahida_workers.plugins`),
+named in a job's ``stop_hooks``; a name nobody registered is never imported.
 It receives a :class:`StopHookContext` and returns a message to keep the run
 going ("do not stop: <why>") or ``None`` / ``""`` to allow stopping.  A hook
 that raises or runs past its timeout allows stopping: only an explicit "do not
@@ -9,12 +11,13 @@ stop" injects a continuation, and the completion policy bounds how many.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from nahida_workers.plugins import StopHooks
 
 __all__ = ["HookVerdict", "StopHookContext", "run_stop_hooks"]
 
@@ -43,20 +46,13 @@ class HookVerdict:
 StopHook = Callable[[StopHookContext], "str | None"]
 
 
-def _load(path: str) -> StopHook:
-    module, _, name = path.partition(":")
-    hook = getattr(importlib.import_module(module), name)
-    if not callable(hook):
-        raise TypeError(f"{path} is not callable")
-    return hook  # type: ignore[no-any-return]
-
-
-def _call(path: str, ctx: StopHookContext, timeout_s: float) -> str | None:
+def _call(path: str, ctx: StopHookContext, timeout_s: float, registered: StopHooks) -> str | None:
     box: dict[str, object] = {}
+    hook: StopHook = registered.load(path)  # raises for a name nobody registered
 
     def target() -> None:
         try:
-            box["message"] = _load(path)(ctx)
+            box["message"] = hook(ctx)
         except Exception as exc:  # reported to the caller, not to threading.excepthook
             box["error"] = exc
 
@@ -74,15 +70,27 @@ def _call(path: str, ctx: StopHookContext, timeout_s: float) -> str | None:
 
 
 def run_stop_hooks(
-    paths: Sequence[str], ctx: StopHookContext, *, timeout_s: float = 10.0
+    paths: Sequence[str],
+    ctx: StopHookContext,
+    *,
+    registered: StopHooks,
+    timeout_s: float = 10.0,
 ) -> HookVerdict:
     """Ask each hook in order; the first explicit "do not stop" wins.
 
-    Never raises: a hook that cannot be loaded, raises or times out allows.
+    Args:
+        paths: the job's ``stop_hooks`` (registered names).
+        ctx: what each hook sees.
+        registered: the operator's stop hooks; only these are ever imported.
+        timeout_s: seconds each hook may take.
+
+    Never raises: a hook that is not registered or cannot be loaded, raises
+    or times out allows (the worker's registry check already sealed a run
+    naming an unregistered hook ``failed/invalid_config``).
     """
     for path in paths:
         try:
-            message = _call(path, ctx, timeout_s)
+            message = _call(path, ctx, timeout_s, registered)
         except Exception as exc:
             log.warning("stop hook %s failed (%s: %s); allowing", path, type(exc).__name__, exc)
             continue

@@ -20,6 +20,7 @@ class SessionOutcome(StrEnum):
     NOT_FOUND = "not_found"  # unknown session id: no-op
     LEASE_LOST = "lease_lost"  # lost the lease mid-run; the next owner continues
     PARKED = "parked"  # waits for child sessions; their completions re-dispatch it
+    DEFERRED = "deferred"  # its group is at its cap: a freed slot re-publishes it
     HANDED_OVER = "handed_over"  # the worker shuts down: stopped at a boundary, lease released
     # The lease was free, but the last owner never handed the session back: it may
     # be alive and about to re-take its lease (a restarted lease store): look again later.

@@ -42,6 +42,7 @@ from nahida_workers.errors import (
 )
 from nahida_workers.ports import Fence
 from nahida_workers.runtime.commits.points import hand_back, take_over
+from nahida_workers.runtime.dispatch.admission import admit, free_slot
 from nahida_workers.runtime.ownership.delivery import DeliveryPorts
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
@@ -83,11 +84,13 @@ class SessionRunner(DeliveryPorts):
         owner = owner_token()
         if not self.leases.acquire(session_id, owner, self.lease_ttl_ms):
             return False
+        group: str | None = None
         try:
             with self._heartbeat(session_id, owner) as heartbeat:
                 session = self.ledger.get_session(session_id)
                 if session is None or session.status is SessionStatus.DONE:
                     return False
+                group = session.admission_group
                 epoch = take_over(self.ledger, session_id, at=self.clock.now())
                 heartbeat.watch_epoch(self._epoch_is(session_id, epoch))
                 SessionOwner(self, session, Fence(session_id, epoch), heartbeat).abandon()
@@ -95,6 +98,8 @@ class SessionRunner(DeliveryPorts):
                 return True
         finally:
             self.leases.release(session_id, owner)
+            if group is not None:
+                free_slot(self.ledger, group, at=self.clock.now(), publish=self.publish)
 
     def run(
         self, session_id: str, *, delivery_tag: str = "", grace: bool = False
@@ -138,6 +143,13 @@ class SessionRunner(DeliveryPorts):
             return SessionOutcome.LEASE_HELD
         epoch: int | None = None
         try:
+            if not admit(self.ledger, session, at=self.clock.now()):
+                log.info(
+                    "session %s: group %s is at its cap; deferred until a slot frees",
+                    session_id,
+                    session.admission_group,
+                )
+                return SessionOutcome.DEFERRED
             with self._heartbeat(session_id, owner) as heartbeat:
                 epoch = take_over(self.ledger, session_id, at=self.clock.now())
                 heartbeat.watch_epoch(self._epoch_is(session_id, epoch))
@@ -165,6 +177,12 @@ class SessionRunner(DeliveryPorts):
                 self._close(session_id, epoch)
             if not self.leases.release(session_id, owner):
                 log.warning("session %s: lease_lost before release (not owned)", session_id)
+            if epoch is not None and session.admission_group is not None:
+                # This delivery's slot in the group is free (sealed, parked or
+                # lost): deferred sessions of the group may start.
+                free_slot(
+                    self.ledger, session.admission_group, at=self.clock.now(), publish=self.publish
+                )
 
     def _owner_may_be_alive(self, session: SessionRecord) -> bool:
         """Running, lease free, and its owner took it without handing it back (see :meth:`run`)."""

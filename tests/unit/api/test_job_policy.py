@@ -98,3 +98,15 @@ def test_the_operator_widens_or_narrows_the_lists() -> None:
     assert _refused(_spec(provider=OPENAI), widened).startswith("job.provider.base_url:")
     none = Settings(api_allowed_key_envs="", api_allowed_base_urls="http://127.0.0.1:8000/v1")
     assert _refused(_spec(provider=local), none).startswith("job.provider.api_key_env:")
+
+
+def test_network_is_refused_unless_the_server_allows_it() -> None:
+    for spec, field in (
+        (_spec(network=True), "job.network:"),
+        (_spec(tools=["Task"], agents={"net": {"provider": SCRIPTED, "network": True}}),
+         "job.agents.net.network:"),
+    ):  # fmt: skip
+        message = _refused(spec)
+        assert message.startswith(field) and "NAHIDA_API_ALLOW_NETWORK" in message
+        check_job_policy(spec, Settings(api_allow_network=True))
+    check_job_policy(_spec(network=False), Settings())

@@ -54,7 +54,7 @@ from nahida_workers.ports import Provider
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
-from nahida_workers.runtime.wiring import registry_for
+from nahida_workers.runtime.wiring import registry_for, stop_hooks_of
 from nahida_workers.settings import Settings
 from nahida_workers.testing import (
     InlineResult,
@@ -63,17 +63,26 @@ from nahida_workers.testing import (
     run_inline,
     scripted_spec,
 )
+from nahida_workers.testing.tools import TEST_TOOL_PATHS
 from tests.unit.policy import hooks
 
-SETTINGS = Settings(_env_file=None)  # type: ignore[call-arg]
+HOOKS = "tests.unit.policy.hooks"
+#: The operator's registrations: the test tools, and the stop hooks the rows name.
+SETTINGS = Settings(  # type: ignore[call-arg]
+    _env_file=None,
+    extra_tools=list(TEST_TOOL_PATHS),
+    stop_hooks=[
+        f"{HOOKS}:{name}"
+        for name in ("block_once", "always_block", "allow_empty", "raises", "too_slow")
+    ],
+)
 PY = shlex.quote(sys.executable)
 #: pytest without third-party plugins (0.2 s instead of 2 s), and without .pyc files:
 #: an Edit that keeps the size within the same second would run stale bytecode.
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PY} -B -m pytest -q -p no:cacheprovider"
 RUFF = f"{PY} -m ruff check --no-cache ."
-SEND = "nahida_workers.testing.tools:SendMessage"
-SEND_NO_ID = "nahida_workers.testing.tools:SendMessageNoId"
-HOOKS = "tests.unit.policy.hooks"
+SEND = "SendNote"  # registered in SETTINGS (NAHIDA_EXTRA_TOOLS)
+SEND_NO_ID = "SendNoteNoId"
 SCHEMA = {
     "type": "object",
     "properties": {"count": {"type": "integer"}},
@@ -107,7 +116,7 @@ def edit(call_id: str, path: str, old: str, new: str) -> dict[str, Any]:
     return call(call_id, "Edit", path=path, old_string=old, new_string=new)
 
 
-def send(call_id: str, tool: str = "SendMessage") -> dict[str, Any]:
+def send(call_id: str, tool: str = "SendNote") -> dict[str, Any]:
     return call(call_id, tool, outbox="outbox.txt", to="ops", text="release is out")
 
 
@@ -202,6 +211,7 @@ def run_rule(rule: Rule, workspace: Path) -> InlineResult:
         ledger=rule.ledger() if rule.ledger else None,
         registry_for=lambda spec: registry_for(spec, SETTINGS),
         provider_for=(lambda _spec: provider()) if provider else None,
+        stop_hooks=stop_hooks_of(SETTINGS),
     )
     spec = scripted_spec(rule.turns, **rule.spec)
     if not rule.cancel:
@@ -476,7 +486,7 @@ RULES = [
     ),
     pytest.param(
         Rule(
-            [turn(send("s", "SendMessageNoId")), say("I sent it."), say("It was sent to ops.")],
+            [turn(send("s", "SendNoteNoId")), say("I sent it."), say("It was sent to ops.")],
             ("unverified", "evidence_missing", 3),
             controls=("correction:evidence",),
             spec=DELIVER,
@@ -842,7 +852,7 @@ RULES = [
     ),
     pytest.param(
         Rule(
-            [turn(send("s", "SendMessageNoId")), say("I sent the release note to ops.")],
+            [turn(send("s", "SendNoteNoId")), say("I sent the release note to ops.")],
             ("unverified", "claim_without_receipt", 2),
             spec={"tools": ("Read", SEND, SEND_NO_ID)},
         ),
@@ -1097,10 +1107,10 @@ def test_3_other_commands_verify_nothing(command: str) -> None:
 
 
 def test_send_message_appends_once_per_idempotency_key(tmp_path: Path) -> None:
-    from nahida_workers.testing.tools import SendMessage
+    from nahida_workers.testing.tools import SendNote
     from nahida_workers.tools.base import ToolContext
 
-    tool = SendMessage()
+    tool = SendNote()
     ctx = ToolContext(workspace=tmp_path, run_id="r", call_id="c", idempotency_key="r:c")
     arguments = {"outbox": "out/box.txt", "to": "ops", "text": "hi\nthere"}
     first = tool.execute(arguments, ctx)

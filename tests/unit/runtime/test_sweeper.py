@@ -62,6 +62,8 @@ def test_a_session_stuck_with_no_owner_is_settled_failed_abandoned(tmp_path: Pat
     runner, dispatcher, _queue = _world()
     session, _ = dispatcher.submit(SPEC, workspace=str(tmp_path))
     run = runner.ledger.runs_of(session.session_id)[0]  # type: ignore[attr-defined]
+    # An owner took it and vanished (its crash left the session running, unowned).
+    runner.ledger.bump_epoch(session.session_id, at=runner.clock.now())  # type: ignore[attr-defined]
     runner.clock.advance(7200)  # type: ignore[attr-defined]
     sweeper = Sweeper(
         runner.ledger,
@@ -137,3 +139,20 @@ def test_the_broker_run_id_first_seen_is_not_a_reset_a_changed_one_is() -> None:
     assert not run_id_changed(ledger, "redis-a", at=at)
     assert run_id_changed(ledger, "redis-b", at=at)  # restarted without persistence
     assert not run_id_changed(ledger, "redis-b", at=at)
+
+
+def test_a_session_no_owner_ever_took_is_waiting_not_stuck(tmp_path: Path) -> None:
+    """Two hours behind a backlog (or a cap) is not a crash loop: never settled."""
+    runner, dispatcher, _queue = _world()
+    session, _ = dispatcher.submit(SPEC, workspace=str(tmp_path))
+    runner.clock.advance(7200)  # type: ignore[attr-defined]
+    sweeper = Sweeper(
+        runner.ledger,
+        runner.leases,
+        dispatcher,
+        runner.clock,  # type: ignore[attr-defined]
+        settle_after_s=3600,
+        runner=runner,
+    )  # type: ignore[arg-type]
+    assert sweeper.sweep().settled == ()
+    assert runner.ledger.get_session(session.session_id).status is SessionStatus.QUEUED  # type: ignore[attr-defined]

@@ -227,13 +227,13 @@ def test_stale_claim_of_an_ended_member_is_released_after_the_bound(
             publish=lambda rs: [w.dispatcher.publish(r) for r in rs],
         ),
     )
-    assert sweeper.sweep().released == ()  # first seen stale: marked, not released
+    assert sweeper.sweep().claims_released == ()  # first seen stale: marked, not released
     assert teams.read_team(lead).tasks[0].stale_since is not None
     clock.advance(29)
-    assert sweeper.sweep().released == ()
+    assert sweeper.sweep().claims_released == ()
     clock.advance(2)
-    assert sweeper.sweep().released == ((lead, "t1"),)
-    assert sweeper.sweep().released == ()  # nothing more to release
+    assert sweeper.sweep().claims_released == ((lead, "t1"),)
+    assert sweeper.sweep().claims_released == ()  # nothing more to release
     assert [sid for sid, _ in w.queue.published] == [k]  # the idle member is woken
     w.pump(limit=50)
     (task,) = teams.read_team(lead).tasks

@@ -75,6 +75,8 @@ def test_a_definition_snapshots_the_job_and_resolves_paths(tmp_path: Path) -> No
         ({"jitter": "1m"}, r"period \(10s\)"),
         ({"every": None, "cron": "*/15 * * * *", "jitter": "15m"}, r"period \(900s\)"),
         ({"every": None, "cron": "0,1 3 * * *", "jitter": "90s"}, r"period \(60s\)"),
+        ({"every": "4s"}, r"period \(4s\) is shorter than the tick interval .* \(5s\)"),
+        ({"every": "1s"}, r"--every 5s or more"),
         ({"job": {"name": "x"}}, "invalid inline job"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Nope"]}}, "unknown tool"),
         ({"job": {"name": "x", "prompt": "p", "tools": ["Glob"]}}, "scripted provider needs"),
@@ -89,6 +91,15 @@ def test_bad_input_is_a_config_error_naming_it(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         _build(tmp_path, **fields)
+
+
+def test_a_period_of_one_tick_is_kept_and_cron_is_held_to_the_tick(tmp_path: Path) -> None:
+    assert _build(tmp_path, every="5s").every_s == 5
+    slow_ticks = Settings(_env_file=None, schedule_tick_s=120)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"period \(60s\) is shorter"):
+        build_definition(
+            name="n", job=SURVEY, repos=[tmp_path], cron="* * * * *", settings=slow_ticks
+        )
 
 
 def test_a_jitter_shorter_than_the_period_is_kept(tmp_path: Path) -> None:
@@ -123,6 +134,10 @@ def test_a_schedules_file_is_validated_whole(tmp_path: Path) -> None:
     dup.write_text(good.read_text().replace("name: b", "name: a"))
     with pytest.raises(ConfigError, match="unique: a"):
         load_schedules_file(dup, _settings())
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(good.read_text().replace("every: 1m", "every: 1s"))
+    with pytest.raises(ConfigError, match=r"schedule a: the period \(1s\) is shorter"):
+        load_schedules_file(fast, _settings())
     typo = tmp_path / "typo.yaml"
     typo.write_text(good.read_text().replace("every: 1m", "evry: 1m"))
     with pytest.raises(ConfigError, match=r"schedules\[0\]\.evry"):

@@ -2,40 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import time
 import tracemalloc
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nahida_workers.core.events import EvidenceKind, ToolStatus
+from nahida_workers.testing.fleet import marked_processes, wait_for
 from nahida_workers.tools.base import ToolContext
 from nahida_workers.tools.bash import Bash
 from nahida_workers.tools.runner import run_tool
 
 
-def _gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (an unreaped zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def _wait_gone(pid: int, within_s: float = 5.0) -> bool:
-    """Wait on observable state: SIGKILL is asynchronous, exit takes a moment."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if _gone(pid):
-            return True
-        time.sleep(0.005)
-    return _gone(pid)
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A unique marker; whatever still carries it at the end is killed (no debris)."""
+    mark = f"nahida-bash-{uuid.uuid4().hex[:8]}"
+    yield mark
+    for pid in marked_processes(mark):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
 
 
 def test_declarations() -> None:
@@ -71,10 +61,13 @@ def test_stdin_is_empty(ctx: ToolContext) -> None:
     assert outcome.evidence["stdout_head"] == "done\n"
 
 
-def test_timeout_kills_the_whole_process_group(ws: Path, ctx: ToolContext) -> None:
+def test_timeout_kills_the_whole_process_group(ctx: ToolContext, marker: str) -> None:
+    # Pids inside the sandbox are its own namespace's: the processes are found
+    # on the host by the marker in their command line.
     command = (
-        "(sleep 30 & echo $! > grandchild.pid; wait) & "
-        "sleep 30 & echo $! > child.pid; "
+        f"(bash -c 'sleep 30; : {marker}-grandchild' & wait) & "
+        f"bash -c 'sleep 30; : {marker}-child' & "
+        f"setsid bash -c 'sleep 30; : {marker}-escaped' & "
         "echo started; sleep 30"
     )
     bash = Bash(timeout_s=10, kill_grace_s=0.5)
@@ -85,16 +78,15 @@ def test_timeout_kills_the_whole_process_group(ws: Path, ctx: ToolContext) -> No
     assert outcome.evidence["error_code"] == "timed_out"
     assert "started" in outcome.content
     assert 400 <= outcome.evidence["duration_ms"] < 5000
-    for name in ("child.pid", "grandchild.pid"):
-        pid = int((ws / name).read_text())
-        assert _wait_gone(pid), f"{name} {pid} survived the timeout"
+    wait_for(lambda: not marked_processes(marker), timeout=5, what="every child to die")
 
 
-def test_background_children_do_not_outlive_a_normal_exit(ws: Path, ctx: ToolContext) -> None:
-    outcome = run_tool(Bash(), {"command": "sleep 30 & echo $! > bg.pid; echo quick"}, ctx)
+def test_background_children_do_not_outlive_a_normal_exit(ctx: ToolContext, marker: str) -> None:
+    command = f"bash -c 'sleep 30; : {marker}' & setsid bash -c 'sleep 30; : {marker}' & echo quick"
+    outcome = run_tool(Bash(), {"command": command}, ctx)
     assert outcome.status is ToolStatus.OK
     assert outcome.evidence["duration_ms"] < 5000
-    assert _wait_gone(int((ws / "bg.pid").read_text()))
+    wait_for(lambda: not marked_processes(marker), timeout=5, what="the background children to die")
 
 
 def test_cancel_kills_and_reports_cancelled(ws: Path, ctx: ToolContext) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -165,3 +166,48 @@ def test_the_cli_kill_closes_the_gate_of_the_process_and_kills_everything(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [STOPPING_CODE, "-9"]
     assert marked_processes(marker) == []
+
+
+def test_a_command_killed_by_the_stop_reports_no_result(ctx: ToolContext, marker: str) -> None:
+    """No fence may come first (a second Ctrl-C): the killed command's thread
+    reports nothing while the process exits, so the kill is never recorded as
+    the command's result (without the hold it returned the kill as an exit code at once)."""
+    registry = ChildProcesses(hold_s=1.0)
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["outcome"] = Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
+        except ToolError as exc:
+            box["error"] = exc
+        box["at"] = time.monotonic()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_for(lambda: marked_processes(marker), timeout=10, what="the command to start")
+    registry.stop_all(hold=True)  # as a second Ctrl-C stops: no fence before, exit after
+    killed_at = time.monotonic()
+    thread.join(timeout=30)
+    assert "outcome" not in box, box
+    assert box["error"].code == STOPPING_CODE
+    assert box["at"] - killed_at >= 0.9  # held: the CLI's os._exit comes well before
+    assert marked_processes(marker) == []
+
+
+def test_after_a_fenced_stop_the_killed_command_reports_at_once(
+    ctx: ToolContext, marker: str
+) -> None:
+    """The timeout and the first Ctrl-C fence first: the thread returns (its commit
+    is refused) and the embedded worker can shut down without waiting."""
+    registry = ChildProcesses(hold_s=30.0)
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        box["outcome"] = Bash(timeout_s=30.0, processes=registry).execute(_sleep(marker), ctx)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_for(lambda: marked_processes(marker), timeout=10, what="the command to start")
+    registry.stop_all()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and box["outcome"].evidence["error_code"] == "nonzero_exit"

@@ -27,7 +27,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0011_teams"
-down_revision = "0007_children"
+down_revision = "0009_control"
 branch_labels = None
 depends_on = None
 
