@@ -30,7 +30,9 @@ class GatedQueue:
     tick: list[int] = field(default_factory=lambda: [0])
     fail: bool = False
 
-    def publish_session(self, session_id: str, *, task_id: str) -> None:
+    def publish_session(
+        self, session_id: str, *, task_id: str, priority: int | None = None
+    ) -> None:
         self.started.append(self.tick[0])
         self.entered.release()
         self.gate.wait(10)
