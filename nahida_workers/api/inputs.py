@@ -106,14 +106,14 @@ def check_tool_names(job: JobIn, registered: frozenset[str]) -> None:
             if name not in registered:
                 raise HTTPException(
                     422,
-                    f"{where}.{index}: {name[:100]!r} is not a registered tool "
-                    f"(registered: {', '.join(sorted(registered))})",
+                    f"{where}.{index}: unknown tool {name[:100]!r}: not registered on this "
+                    f"server (registered: {', '.join(sorted(registered))})",
                 )
     callable_names = registered | RUNTIME_TOOLS
     for where, name in _script_calls(job):
         if name not in callable_names:
             raise HTTPException(
-                422, f"{where}: {name[:100]!r} is not a tool a script may call on this server"
+                422, f"{where}: unknown tool {name[:100]!r}: no script may call it on this server"
             )
 
 

@@ -100,7 +100,7 @@ def test_the_api_checks_the_script_before_any_session_exists(tmp_path: Any) -> N
     fleet = SimpleNamespace(settings=SETTINGS, ledger=None, dispatcher=None)
     tools = Tools(registered_tools(SETTINGS))
     for name, error, match in (
-        ("Glb", HTTPException, "tool_calls.0.name: 'Glb'"),
+        ("Glb", HTTPException, "tool_calls.0.name: unknown tool 'Glb'"),
         ("Grep", ConfigError, r"\['Grep'\]"),
     ):
         job = {

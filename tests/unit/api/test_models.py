@@ -128,7 +128,7 @@ def test_a_script_call_of_an_unknown_tool_is_refused_wherever_the_script_is() ->
         check_tool_names(job, registered)
     assert refused.value.status_code == 422
     assert str(refused.value.detail).startswith(
-        "job.verification.next_providers.0.fallbacks.0.script.0.tool_calls.0.name: 'X'"
+        "job.verification.next_providers.0.fallbacks.0.script.0.tool_calls.0.name: unknown tool 'X'"
     )
     ok = models.JobIn.model_validate_json(json.dumps({**FULL, "tools": ["Read"]}), strict=True)
     check_tool_names(ok, registered)  # Read in a turn, Task and a StructuredOutput are callable
