@@ -296,6 +296,15 @@ class LedgerWriter(Protocol[TxT]):
         """Set the session's cancel flag; the loop stops at its next boundary."""
         ...
 
+    def reopen_session(self, tx: TxT, session_id: str, *, at: datetime) -> bool:
+        """``done`` -> ``queued`` in ``tx``; True when it was done (False: untouched).
+
+        Input that arrives after a run sealed starts the next run (DESIGN.md
+        section 8).  Conditional on the status in the same transaction, so
+        the caller needs no second read (and, on SQL, no second connection).
+        """
+        ...
+
 
 class LedgerInbox(Protocol[TxIn]):
     """The session inbox's writes (DESIGN.md section 8); reads are on :class:`LedgerReader`."""

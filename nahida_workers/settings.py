@@ -211,6 +211,29 @@ class Settings(BaseSettings):
     # -- its Bash commands then reach every address the worker reaches,
     # Redis and PostgreSQL included (docs/security.md) -- only when this is set.
     api_allow_network: bool = False
+    # ``nahida serve`` under load (docs/api.md "Bursts").  Requests it works
+    # on at once; each holds at most one ledger connection, so this is also
+    # its PostgreSQL pool.  Later requests wait in line, in arrival order.
+    api_db_pool_size: int = Field(8, ge=1, le=500)
+    # Connections over the pool size, for event streams starting up.
+    api_db_max_overflow: int = Field(4, ge=0, le=500)
+    # Longest wait for a pooled connection, seconds; then 503 + Retry-After.
+    api_db_pool_timeout_s: float = Field(2.0, gt=0)
+    # Longest wait in line for a free request slot, seconds; then 503 + Retry-After.
+    api_queue_timeout_s: float = Field(5.0, gt=0)
+    # PostgreSQL statement_timeout and lock_timeout of the API's connections,
+    # milliseconds (0 = none): a row lock or a slow query ends in a 503, not a hang.
+    api_statement_timeout_ms: int = Field(5000, ge=0)
+    api_lock_timeout_ms: int = Field(2000, ge=0)
+    # Event streams (``GET /v1/sessions/{id}/events``) followed at once; one more is a 503.
+    api_max_followers: int = Field(32, ge=1, le=10_000)
+    # Longest ``?timeout=`` of an event stream, seconds.
+    api_max_follow_s: float = Field(3600.0, gt=0)
+    # Addresses (``,``-separated IPs or CIDRs, ``*`` = any) of the reverse proxies
+    # whose ``X-Forwarded-Proto``/``-For`` ``nahida serve`` believes (the login
+    # cookie is ``Secure`` when the proxy says https); empty = none: from
+    # anyone else the headers are a client's claim and are ignored.
+    api_trusted_proxies: str = ""
 
     # -- session inbox (DESIGN.md section 8) ---------------------------------
     inbox_max_user: int = Field(20, ge=1)

@@ -1,16 +1,17 @@
-"""What stands in front of every route: the bearer token, a body-size limit, JSON errors.
+"""What stands in front of every route: a body-size limit and JSON errors.
 
 Bad input never becomes a 500: malformed JSON and schema violations are 422
 (400 for a body that is not JSON at all), an unknown id 404, a body over
-``NAHIDA_API_MAX_BODY_BYTES`` 413, a wrong token 401, a ledger outage 503 --
-each as ``{"error": {"code": ..., "message": ...}}``.
+``NAHIDA_API_MAX_BODY_BYTES`` 413, a saturated ledger or an outage 503 with
+``Retry-After`` -- each as ``{"error": {"code": ..., "message": ...}}``.  The
+token is checked in :mod:`nahida_workers.api.auth`.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,19 +21,52 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nahida_workers.cli.exits import classify
-from nahida_workers.errors import InboxFullError, NahidaError, NotFoundError, UserError
+from nahida_workers.errors import (
+    InboxFullError,
+    LedgerDataError,
+    NahidaError,
+    NotFoundError,
+    UserError,
+)
 
-__all__ = ["BodyLimit", "error_body", "install_error_handlers", "token_ok", "unavailable"]
+__all__ = [
+    "BUSY_RETRY_AFTER_S",
+    "BodyLimit",
+    "busy_body",
+    "error_body",
+    "install_error_handlers",
+    "unavailable",
+]
 
 log = logging.getLogger(__name__)
 
-#: Where the web view keeps the token a browser sent once (``/login?token=``).
-TOKEN_COOKIE = "nahida_token"
+
+#: Seconds a client is told to wait (``Retry-After``) when the server is at its limits.
+BUSY_RETRY_AFTER_S = 1
+#: Seconds a client is told to wait when the ledger or the broker is down.
+OUTAGE_RETRY_AFTER_S = 5
+#: Database errors that mean "the ledger is saturated", not "the ledger is down":
+#: SQLAlchemy's pool timeout, PostgreSQL's statement and lock timeouts.
+_BUSY_ERRORS = frozenset({"TimeoutError", "QueryCanceled", "LockNotAvailable"})
 
 
-def error_body(status: int, code: str, message: str) -> JSONResponse:
-    """The JSON error every failure returns."""
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def error_body(
+    status: int, code: str, message: str, *, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The JSON error every failure returns: ``{"error": {"code", "message"}}``."""
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+
+
+def busy_body(message: str) -> JSONResponse:
+    """503 ``busy`` with ``Retry-After``: the server is at a limit; ``message`` names it."""
+    return error_body(
+        503,
+        "busy",
+        f"{message}; retry after {BUSY_RETRY_AFTER_S} s",
+        headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
+    )
 
 
 class BodyLimit:
@@ -84,16 +118,6 @@ class _TooLarge(StarletteHTTPException):
         super().__init__(413, "request body too large")
 
 
-def token_ok(request: Request, token: str) -> bool:
-    """True when no token is configured or the request carries it (header or cookie)."""
-    if not token:
-        return True
-    header = request.headers.get("authorization", "")
-    sent = header[7:] if header.lower().startswith("bearer ") else ""
-    sent = sent or request.cookies.get(TOKEN_COOKIE, "")
-    return hmac.compare_digest(sent.encode(), token.encode())
-
-
 def install_error_handlers(app: FastAPI) -> None:
     """Map every failure to a JSON error (see the module docstring)."""
 
@@ -103,22 +127,27 @@ def install_error_handlers(app: FastAPI) -> None:
         if any(e.get("type") == "json_invalid" for e in errors):
             return error_body(400, "malformed_json", "the request body is not valid JSON")
         first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
+        where = ".".join(str(p) for p in _json_path(tuple(first.get("loc", ()))))
         return error_body(422, "invalid_input", f"{where}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {
+            401: "unauthorized",
+            403: "forbidden",
             404: "not_found",
             405: "method_not_allowed",
-            401: "unauthorized",
             413: "body_too_large",
+            415: "unsupported_media_type",
             422: "invalid_input",
         }.get(exc.status_code, "http_error")
-        return error_body(exc.status_code, code, str(exc.detail))
+        # A 405 carries ``Allow`` (RFC 9110 section 15.5.6): keep the exception's headers.
+        return error_body(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(NahidaError)
     async def _nahida(_request: Request, exc: NahidaError) -> JSONResponse:
+        if isinstance(exc, LedgerDataError):  # a value of the request the database refused
+            return error_body(422, "invalid_input", " ".join(str(exc).split())[:500])
         if isinstance(exc, NotFoundError):
             return error_body(404, "not_found", str(exc))
         if isinstance(exc, InboxFullError):
@@ -132,13 +161,67 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_body(400, "invalid_text", "input is not valid UTF-8 text")
 
 
+#: The ``kind`` tags pydantic puts in the location of an error inside a provider.
+_PROVIDER_KINDS = frozenset({"scripted", "openai", "anthropic"})
+
+
+def _json_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error location as the path into the request: ``job.provider.script``.
+
+    Drops the leading ``body`` and the discriminator tags pydantic adds after
+    a provider (``provider.scripted.script`` is ``provider.script`` in the JSON).
+    """
+    parts = list(loc[1:] if loc[:1] == ("body",) else loc)
+    out: list[Any] = []
+    for part in parts:
+        after_provider = out and (
+            out[-1] == "provider" or (isinstance(out[-1], int) and out[-2:-1] == ["fallbacks"])
+        )
+        if part in _PROVIDER_KINDS and after_provider:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
 def unavailable(exc: BaseException) -> JSONResponse:
-    """An exception a route raised as a JSON error: 503 for an outage, 500 for a bug."""
+    """An exception a route raised as a JSON error: 503 for saturation or an outage, 500 for a bug.
+
+    Every 503 carries ``Retry-After``: :data:`BUSY_RETRY_AFTER_S` when the
+    ledger is saturated (no pooled connection within
+    ``NAHIDA_API_DB_POOL_TIMEOUT_S``, a statement or row lock past
+    ``NAHIDA_API_STATEMENT_TIMEOUT_MS`` / ``NAHIDA_API_LOCK_TIMEOUT_MS``),
+    :data:`OUTAGE_RETRY_AFTER_S` when the ledger or the broker is down.
+    """
+    if _saturated(exc):
+        log.warning("ledger saturated: %s", type(exc).__name__)
+        return busy_body("the ledger is saturated (no connection, statement or row lock in time)")
     code, line = classify(exc)
     if code == 3:
-        return error_body(503, "service_unavailable", line.removeprefix("error: "))
+        return error_body(
+            503,
+            "service_unavailable",
+            line.removeprefix("error: "),
+            headers={"Retry-After": str(OUTAGE_RETRY_AFTER_S)},
+        )
     log.exception("internal error", exc_info=exc)
     return error_body(500, "internal_error", f"{type(exc).__name__}")
+
+
+def _saturated(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error in its chain) is a pool, statement or lock timeout."""
+    seen: set[int] = set()
+    item: BaseException | None = exc
+    while item is not None and id(item) not in seen:
+        seen.add(id(item))
+        orig = getattr(item, "orig", None)
+        for candidate in (item, orig):
+            if candidate is None:
+                continue
+            name, module = type(candidate).__name__, type(candidate).__module__
+            if name in _BUSY_ERRORS and module.startswith(("sqlalchemy", "psycopg")):
+                return True
+        item = item.__cause__ or item.__context__
+    return False
 
 
 def dumps(data: Any) -> str:

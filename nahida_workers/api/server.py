@@ -7,6 +7,8 @@ dispatch sessions that run Bash.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nahida_workers.errors import UserError
 from nahida_workers.settings import Settings
 
@@ -18,25 +20,44 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def build_app(settings: Settings):  # type: ignore[no-untyped-def]
     """The ASGI app for ``settings``: the fleet (ledger, dispatcher, inbox) and a Redis client."""
     from nahida_workers.api.app import create_app
+    from nahida_workers.api.coalesce import CoalescingDispatcher
     from nahida_workers.api.services import Services
     from nahida_workers.celery import CeleryTaskQueue, make_celery
+    from nahida_workers.ledger.sql import make_engine
     from nahida_workers.runtime.wiring import build_fleet, redis_client
 
-    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)))
-    services = Services(fleet=fleet, redis=redis_client(settings))
-    return create_app(
-        services,
-        token=settings.api_token.get_secret_value(),
-        max_body_bytes=settings.api_max_body_bytes,
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.api_db_pool_size,
+        max_overflow=settings.api_db_max_overflow,
+        pool_timeout_s=settings.api_db_pool_timeout_s,
+        statement_timeout_ms=settings.api_statement_timeout_ms,
+        lock_timeout_ms=settings.api_lock_timeout_ms,
     )
+    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)), engine=engine)
+    # Steering and cancels of one session share their re-dispatch publishes.
+    fleet.inbox.dispatcher = CoalescingDispatcher.of(fleet.dispatcher)
+    return create_app(Services(fleet=fleet, redis=redis_client(settings)))
 
 
-def run_server(settings: Settings, *, host: str, port: int) -> None:
-    """Serve until Ctrl-C.
+def run_server(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
+    """Serve until Ctrl-C; over TLS when ``ssl_certfile`` (and its key) is given.
+
+    ``X-Forwarded-Proto`` and ``X-Forwarded-For`` are believed only from the
+    addresses in ``NAHIDA_API_TRUSTED_PROXIES`` (uvicorn's proxy headers);
+    from anyone else they are a client's claim.
 
     Raises:
         UserError: ``host`` is not loopback and no ``NAHIDA_API_TOKEN`` is set,
-            or the port cannot be bound (in use, not permitted).
+            the port cannot be bound (in use, not permitted), or a key file
+            is given without a certificate.
     """
     import uvicorn
 
@@ -45,9 +66,25 @@ def run_server(settings: Settings, *, host: str, port: int) -> None:
             f"refusing to serve on {host} without NAHIDA_API_TOKEN: set a token, "
             "or serve on 127.0.0.1"
         )
+    if ssl_keyfile and not ssl_certfile:
+        raise UserError("--ssl-keyfile needs --ssl-certfile")
+    for option, path in (("--ssl-certfile", ssl_certfile), ("--ssl-keyfile", ssl_keyfile)):
+        if path and not Path(path).is_file():
+            raise UserError(f"{option} {path}: no such file")
     _check_port(host, port)
     app = build_app(settings)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    trusted = settings.api_trusted_proxies.strip()
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
 
 
 def _check_port(host: str, port: int) -> None:

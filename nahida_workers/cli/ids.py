@@ -71,9 +71,15 @@ def resolve(ledger: SqlLedger, kind: Kind, text: str) -> str:
         "team": schema.teams.c.team_id,
     }[kind]
     text = text.strip()
+    # Every API request about a session starts here: a whole id is the
+    # ledger's hot read (raw on PostgreSQL, nothing compiled per call).
+    if kind == "session" and ledger.get_session(text) is not None:
+        return text
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    with ledger.engine.connect() as conn:
-        if conn.execute(select(column).where(column == text)).first() is not None:
+    # The ledger's reader: autocommit on PostgreSQL, one round trip (no BEGIN, no ROLLBACK).
+    with ledger.reader.connect() as conn:
+        exact = kind != "session" and conn.execute(select(column).where(column == text)).first()
+        if exact:
             return text
         if len(text) < MIN_PREFIX:
             raise NotFoundError(f"no {kind} {text} (a prefix needs {MIN_PREFIX}+ characters)")

@@ -352,6 +352,12 @@ def serve(
         str, typer.Option(help="Interface; without NAHIDA_API_TOKEN only 127.0.0.1 is allowed.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port.")] = 8080,
+    ssl_certfile: Annotated[
+        str | None, typer.Option(help="Serve HTTPS with this PEM certificate (chain).")
+    ] = None,
+    ssl_keyfile: Annotated[
+        str | None, typer.Option(help="The certificate's private key (PEM), if not in it.")
+    ] = None,
 ) -> None:
     """Serve the HTTP API (/v1, OpenAPI at /openapi.json) and the web view (/) until Ctrl-C."""
     from nahida_workers.api.server import run_server
@@ -361,7 +367,13 @@ def serve(
     # The token, the database URL and provider keys leave the environment
     # (and /proc/PID/environ) before anything else runs, as in a worker.
     scrub_process_environment()
-    run_server(settings, host=host, port=port)
+    run_server(
+        settings,
+        host=host,
+        port=port,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )
 
 
 def _argv_errors(argv: list[str]) -> str | None:

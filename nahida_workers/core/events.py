@@ -23,7 +23,7 @@ from nahida_workers.core.event_payloads import (
     mark_cleaned,
     trusted_payload,
 )
-from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json
+from nahida_workers.core.values import MAX_KEY_CHARS, bounded_id, clean_json, clean_text
 
 __all__ = [
     "CompletionContract",
@@ -202,6 +202,19 @@ class CompletionContract(_Frozen):
     verify: tuple[str, ...] = ()
     output_schema: dict[str, Any] | None = None
     allow_unfinished_children: bool = False
+
+    # Stored with every run (``agent_runs.completion_contract_json``): made
+    # storable like every ledger value (core/values.py) -- a NUL in a
+    # ``verify`` entry made PostgreSQL refuse the run's row.
+    @field_validator("required_tools", "verify")
+    @classmethod
+    def _storable_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(clean_text(v) for v in value)
+
+    @field_validator("output_schema")
+    @classmethod
+    def _storable_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else clean_json(value)
 
 
 class Event(_Frozen):

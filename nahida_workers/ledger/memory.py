@@ -366,6 +366,14 @@ class MemoryLedger:
         """Set the session status."""
         self._update_session(tx, session_id, status=status, updated_at=at)
 
+    def reopen_session(self, tx: MemoryTx, session_id: str, *, at: datetime) -> bool:
+        """``done`` -> ``queued``; True when it was done."""
+        session = self._t.sessions.get(session_id)
+        if session is None or session.status is not SessionStatus.DONE:
+            return False
+        self._update_session(tx, session_id, status=SessionStatus.QUEUED, updated_at=at)
+        return True
+
     def request_cancel(self, tx: MemoryTx, session_id: str, *, at: datetime) -> None:
         """Set the cancel flag (the first request's time is kept)."""
         session = self._t.sessions.get(session_id)

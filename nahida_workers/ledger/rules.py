@@ -38,6 +38,7 @@ __all__ = [
     "cap_payload",
     "check_append",
     "check_inbox",
+    "check_inbox_totals",
     "check_receipts",
     "record_events",
     "redact",
@@ -334,10 +335,21 @@ def check_inbox(
         InboxFullError: with the limit that was hit; nothing was enqueued.
     """
     count = sum(1 for k, _ in pending if k == kind)
+    used = sum(size for _, size in pending)
+    check_inbox_totals(count, used, kind, size_bytes, limits)
+
+
+def check_inbox_totals(
+    count: int, used: int, kind: str, size_bytes: int, limits: InboxLimits
+) -> None:
+    """:func:`check_inbox` from totals: ``count`` pending messages of ``kind``, ``used`` bytes.
+
+    Raises:
+        InboxFullError: with the limit that was hit; nothing was enqueued.
+    """
     cap = limits.max_user if kind == "user" else limits.max_background
     if count >= cap:
         raise InboxFullError(f"inbox full: {count} pending {kind} messages (limit {cap})")
-    used = sum(size for _, size in pending)
     if used + size_bytes > limits.max_bytes:
         raise InboxFullError(
             f"inbox full: {used} + {size_bytes} bytes pending exceeds {limits.max_bytes}"

@@ -149,6 +149,7 @@ class SqlLedger:
     finish_run = forward("records", SqlRecords.finish_run)
     set_session_status = forward("records", SqlRecords.set_session_status)
     request_cancel = forward("records", SqlRecords.request_cancel)
+    reopen_session = forward("records", SqlRecords.reopen_session)
     add_outbox = forward("records", SqlRecords.add_outbox)
     mark_published = forward("records", SqlRecords.mark_published)
     bump_epoch = forward("records", SqlRecords.bump_epoch)

@@ -71,44 +71,78 @@ __all__ = [
 ]
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int | None = None,
+    pool_timeout_s: float = 30.0,
+    statement_timeout_ms: int = 0,
+    lock_timeout_ms: int = 0,
+) -> Engine:
     """An engine for ``url`` with the settings the ledger relies on.
 
     SQLite: WAL, a 30 s busy timeout, connections shared across threads and
     ``BEGIN IMMEDIATE`` so writers serialise at the start of a transaction.
     PostgreSQL: a pool without pre-ping (see below).
+
+    Args:
+        url: SQLAlchemy URL.
+        pool_size: PostgreSQL connections kept open.
+        max_overflow: connections opened over ``pool_size`` when all are in
+            use (default: ``pool_size`` more).
+        pool_timeout_s: longest wait for a connection when ``pool_size +
+            max_overflow`` are in use; then ``sqlalchemy.exc.TimeoutError``.
+        statement_timeout_ms / lock_timeout_ms: PostgreSQL's
+            ``statement_timeout`` and ``lock_timeout`` for every connection
+            (0 = the server's default, none); past them the statement fails
+            (``QueryCanceled`` / ``LockNotAvailable``: LedgerUnavailableError).
     """
     if url.startswith("sqlite"):
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30},
-            poolclass=NullPool if ":memory:" not in url else None,
-        )
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            # Writers take the write lock up front; readers stay deferred so
-            # they never block a writer (WAL lets them read concurrently).
-            if conn.get_execution_options().get("ledger_read"):
-                conn.exec_driver_sql("BEGIN")
-            else:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-        return engine
+        return _sqlite_engine(url)
     # No pre-ping: it costs a round trip per transaction.  A connection the
     # server dropped fails its statement, SQLAlchemy invalidates the pool, and
     # the caller sees LedgerUnavailableError (retryable); the next checkout
     # connects afresh.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=3600)
+    timeouts = {"statement_timeout": statement_timeout_ms, "lock_timeout": lock_timeout_ms}
+    options = " ".join(f"-c {name}={ms}" for name, ms in timeouts.items() if ms)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
+        pool_timeout=pool_timeout_s,
+        pool_recycle=3600,
+        connect_args={"options": options} if options else {},
+    )
+
+
+def _sqlite_engine(url: str) -> Engine:
+    """:func:`make_engine` for SQLite: WAL, a busy timeout, ``BEGIN IMMEDIATE`` writers."""
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        poolclass=NullPool if ":memory:" not in url else None,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front; readers stay deferred so
+        # they never block a writer (WAL lets them read concurrently).
+        if conn.get_execution_options().get("ledger_read"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
 
 
 def conflict_insert(pg: bool) -> Any:

@@ -1,25 +1,26 @@
 """The session inbox on SQL (DESIGN.md section 8).
 
 Enqueueing is idempotent by message id (``INSERT ... ON CONFLICT DO NOTHING``)
-and runs under the session row lock, so the limits are checked against a
-stable count.  Claiming happens in the fenced transaction that commits the
+and runs under the session row lock (``FOR NO KEY UPDATE``), so the limits
+are checked against a stable count.  Claiming happens in the fenced transaction that commits the
 messages as ``user_input`` events; acknowledging in the one that commits the
 terminal event.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import DateTime, bindparam, func, select, update
 
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage, InboxStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger import pg_raw
 from nahida_workers.ledger import schema as t
-from nahida_workers.ledger.rules import check_inbox, storable
+from nahida_workers.ledger.rules import check_inbox, check_inbox_totals, storable
 from nahida_workers.ledger.sql_base import ReadScope, SqlCore, SqlTx, conflict_insert, utc
 
 __all__ = ["SqlInbox", "inbox_row"]
@@ -32,6 +33,55 @@ _INBOX_OF_STATUS_PG = pg_raw.Fixed(
     .where(_ib.session_id == bindparam("session_id", ""), _ib.status == bindparam("status", ""))
     .order_by(_ib.created_at, _ib.message_id)
 )
+
+
+# Enqueueing on the raw PostgreSQL path (``pg_raw.py``): a steering burst is
+# this statement sequence per request, and SQLAlchemy Core cost as much client
+# CPU as the database spent on it.  The same statements as the SQLite path.
+_LOCK_SESSION_PG = pg_raw.Fixed(
+    select(t.sessions.c.session_id)
+    .where(t.sessions.c.session_id == bindparam("session_id", ""))
+    .with_for_update(key_share=True)
+)
+#: (existing message id or NULL, pending messages of the kind, pending bytes).
+_INBOX_STATE_PG = pg_raw.Fixed(
+    select(
+        select(_ib.message_id)
+        .where(_ib.message_id == bindparam("message_id", ""))
+        .scalar_subquery(),
+        func.count().filter(_ib.kind == bindparam("kind", "")),
+        func.coalesce(func.sum(_ib.size_bytes), 0),
+    ).where(
+        _ib.session_id == bindparam("session_id", ""),
+        _ib.status == InboxStatus.PENDING.value,
+    )
+)
+
+
+@functools.cache
+def _enqueue_pg() -> pg_raw.Fixed:
+    """The enqueue INSERT, built on first use.
+
+    The PostgreSQL dialect is imported then: the SQLite-only CLI never loads
+    it (``bench/cli_startup``).
+    """
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    return pg_raw.Fixed(
+        pg_insert(t.session_inbox)
+        .values(
+            message_id=bindparam("message_id", ""),
+            session_id=bindparam("session_id", ""),
+            kind=bindparam("kind", ""),
+            text=bindparam("text", ""),
+            size_bytes=bindparam("size_bytes", 0),
+            status=InboxStatus.PENDING.value,
+            next_turn=bindparam("next_turn", False),
+            created_at=bindparam("created_at", None, type_=DateTime(timezone=True)),
+        )
+        .on_conflict_do_nothing(index_elements=["message_id"])
+        .returning(_ib.message_id)
+    )
 
 
 def inbox_row(row: Any) -> InboxMessage:
@@ -71,11 +121,18 @@ class SqlInbox:
             InboxFullError: the pending inbox is at a limit; nothing was written.
         """
         message = storable(message)
+        if self._core.pg:
+            return self._enqueue_pg(tx, message, limits)
         ib = t.session_inbox.c
+        # FOR NO KEY UPDATE (SQLite: the write lock): enqueues and status
+        # changes of the session still serialise, but a row that only
+        # references the session (an outbox row, an event) is not blocked:
+        # FOR UPDATE conflicts with the KEY SHARE lock a foreign-key insert
+        # takes, and a steering burst queued every redispatch behind it.
         locked = tx.conn.execute(
             select(t.sessions.c.session_id)
             .where(t.sessions.c.session_id == message.session_id)
-            .with_for_update()
+            .with_for_update(key_share=True)
         ).first()
         if locked is None:
             raise NotFoundError(f"no session {message.session_id}")
@@ -104,6 +161,40 @@ class SqlInbox:
                 created_at=message.created_at,
             )
             .on_conflict_do_nothing(index_elements=["message_id"])
+        )
+        return message, True
+
+    def _enqueue_pg(
+        self, tx: SqlTx, message: InboxMessage, limits: InboxLimits
+    ) -> tuple[InboxMessage, bool]:
+        """:meth:`enqueue_inbox` on PostgreSQL: three fixed statements, the lock first.
+
+        The lock is its own statement: a statement that waited for it would
+        count the pending messages in the snapshot it took before the wait.
+        """
+
+        def run(fixed: pg_raw.Fixed, **values: Any) -> list[tuple[Any, ...]]:
+            return pg_raw.in_transaction(tx.conn, fixed.sql, fixed.params(**values))
+
+        sid, mid, kind = message.session_id, message.message_id, message.kind.value
+        if not run(_LOCK_SESSION_PG, session_id=sid):
+            raise NotFoundError(f"no session {sid}")
+        (existing, count, used), *_ = run(
+            _INBOX_STATE_PG, message_id=mid, kind=kind, session_id=sid
+        )
+        if existing is not None:
+            row = tx.conn.execute(select(t.session_inbox).where(_ib.message_id == mid)).one()
+            return inbox_row(row), False
+        check_inbox_totals(int(count), int(used), kind, message.size_bytes, limits)
+        run(
+            _enqueue_pg(),
+            message_id=mid,
+            session_id=sid,
+            kind=kind,
+            text=message.text,
+            size_bytes=message.size_bytes,
+            next_turn=message.next_turn,
+            created_at=message.created_at,
         )
         return message, True
 

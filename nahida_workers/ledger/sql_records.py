@@ -81,6 +81,19 @@ _MARK_PUBLISHED_PG = pg_raw.Fixed(
     ).returning(_ob.outbox_id, func.current_setting("synchronous_commit"))
 )
 _BUMP_EPOCH_PG = pg_raw.Fixed(_BUMP_EPOCH)
+_REOPEN = (
+    update(t.sessions)
+    .where(
+        _s.session_id == bindparam("b_session_id", ""),
+        _s.status == SessionStatus.DONE.value,
+    )
+    .values(
+        status=SessionStatus.QUEUED.value,
+        updated_at=bindparam("b_at", None, type_=DateTime(timezone=True)),
+    )
+    .returning(_s.session_id)
+)
+_REOPEN_PG = pg_raw.Fixed(_REOPEN)
 
 
 class SqlRecords:
@@ -208,6 +221,14 @@ class SqlRecords:
             .where(t.sessions.c.session_id == session_id)
             .values(status=status.value, updated_at=at)
         )
+
+    def reopen_session(self, tx: SqlTx, session_id: str, *, at: datetime) -> bool:
+        """``done`` -> ``queued`` in ``tx`` (one conditional UPDATE); True when it was done."""
+        values = {"b_session_id": session_id, "b_at": at}
+        if self._core.pg:  # every steering message runs it: the raw path
+            sql, params = _REOPEN_PG.sql, _REOPEN_PG.params(**values)
+            return bool(pg_raw.in_transaction(tx.conn, sql, params))
+        return tx.conn.execute(_REOPEN, values).first() is not None
 
     def request_cancel(self, tx: SqlTx, session_id: str, *, at: datetime) -> None:
         """Set the cancel flag (idempotent: the first request's time is kept)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.policy.goals import GOAL_TOOL
@@ -40,6 +40,9 @@ from nahida_workers.tools.base import ToolRegistry
 from nahida_workers.tools.registration import build_registry, load_tool, sandbox_for, stop_hooks_of
 from nahida_workers.tools.structured import StructuredOutput
 from nahida_workers.workspaces import WorktreeManager
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 __all__ = [
     "EMBEDDED_URLS",
@@ -146,6 +149,7 @@ def build_fleet(
     executor: ToolExecutor | None = None,
     migrate: bool = False,
     clock: Clock | None = None,
+    engine: Engine | None = None,
 ) -> Fleet:
     """Wire ledger, lease store, runner and dispatcher for ``settings``.
 
@@ -153,9 +157,11 @@ def build_fleet(
         queue: where the dispatcher publishes (Celery in production).
         executor: tool executor (default: inline in the session worker).
         migrate: run the Alembic migrations first (embedded mode, ``nahida migrate``).
+        engine: the ledger's engine (default: ``make_engine`` with its defaults;
+            ``nahida serve`` passes one sized by its ``api_db_*`` settings).
     """
     clock = clock or SystemClock()
-    engine = make_engine(settings.database_url)
+    engine = engine or make_engine(settings.database_url)
     if migrate:
         upgrade(engine)
     ledger = SqlLedger(engine=engine, payload_max_bytes=settings.event_payload_max_bytes)

@@ -4,8 +4,8 @@
 batch's sessions, ``/sessions/{id}`` a session's runs, its parent and its
 children (``sessions.parent_id``), ``/runs/{id}`` a run's timeline (SVG drawn
 here, :mod:`nahida_workers.web.timeline`) and its events.  Jinja2 escapes
-every value.  ``/login?token=...`` stores the API token in a cookie for a
-browser when ``NAHIDA_API_TOKEN`` is set.
+every value.  ``/login`` (:mod:`nahida_workers.web.login`) gives a browser
+the token's cookie when ``NAHIDA_API_TOKEN`` is set.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from jinja2 import DictLoader, Environment, select_autoescape
 from markupsafe import Markup
 
 from nahida_workers.cli.ids import resolve, shortener
 from nahida_workers.cli.report import batch_report
 from nahida_workers.ledger.children import child_ledger
+from nahida_workers.web.login import login_router
 from nahida_workers.web.templates import TEMPLATES
 from nahida_workers.web.timeline import bars_of, overlapping_pairs, timeline_svg
 
@@ -70,11 +71,13 @@ def web_router(services: Services) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     _add_listing_pages(router, services.fleet.ledger)
     _add_run_pages(router, services.fleet)
+    token = services.fleet.settings.api_token.get_secret_value()
+    router.include_router(login_router(_env, token))
     return router
 
 
 def _add_listing_pages(router: APIRouter, ledger: Any) -> None:
-    """``/``, ``/login``, ``/batches/{id}`` and ``/sessions/{id}``."""
+    """``/``, ``/batches/{id}`` and ``/sessions/{id}``."""
 
     @router.get("/", response_class=HTMLResponse)
     def index() -> HTMLResponse:
@@ -82,12 +85,6 @@ def _add_listing_pages(router: APIRouter, ledger: Any) -> None:
 
         loose = [s for s in ledger.sessions() if s.batch_id is None and s.parent_id is None]
         return _render("index.html", batches=batches_rows(ledger), sessions=loose[-100:])
-
-    @router.get("/login")
-    def login(token: str) -> Response:
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie("nahida_token", token, httponly=True, samesite="strict")
-        return response
 
     @router.get("/batches/{batch_id}", response_class=HTMLResponse)
     def batch_page(batch_id: str) -> HTMLResponse:

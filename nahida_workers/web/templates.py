@@ -76,10 +76,21 @@ _RUN = """{% extends "base.html" %}{% block title %}run {{ run.run_id }}{% endbl
 <td>{{ e.epoch }}</td><td>{{ e.created_at.isoformat()[11:23] if e.created_at else "" }}</td>
 <td><pre>{{ e.payload.as_json()|tojson|truncate(600) }}</pre></td></tr>{% endfor %}</table>{% endblock %}"""
 
+_LOGIN = """{% extends "base.html" %}{% block title %}nahida: log in{% endblock %}
+{% block body %}<h1>Log in</h1>
+{% if problem %}<p class="failed" id="problem">{{ problem }}</p>{% endif %}
+{% if needed %}<form method="post" action="/login">
+<label>API token (NAHIDA_API_TOKEN) <input type="password" name="token" autocomplete="current-password" autofocus></label>
+<button type="submit">Log in</button></form>
+<p>The browser keeps the token in an HttpOnly cookie for this site.</p>
+{% else %}<p>This server has no token: nothing to log in to. <a href="/">Go on</a>.</p>{% endif %}
+{% endblock %}"""
+
 TEMPLATES = {
     "base.html": _BASE,
     "index.html": _INDEX,
     "batch.html": _BATCH,
     "session.html": _SESSION,
     "run.html": _RUN,
+    "login.html": _LOGIN,
 }

@@ -109,17 +109,51 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             (http.post("/v1/sessions", json={"job": JOB}), 422),
             (http.post("/v1/sessions", json={"job": JOB, "workspace": str(repo), "x": 1}), 422),
             (http.post("/v1/sessions", json=[1, 2]), 422),
+            # a tool name the schema does not list (registered tools only)
             (
                 http.post(
                     "/v1/sessions",
                     json={"job": {**JOB, "tools": ["Bsh"]}, "workspace": str(repo)},
                 ),
+                422,
+            ),
+            # the job's parts disagree: the script calls a tool the job does not offer
+            (
+                http.post(
+                    "/v1/sessions",
+                    json={"job": {**JOB, "tools": ["Read"]}, "workspace": str(repo)},
+                ),
                 400,
             ),
-            (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 400),
+            (http.post("/v1/sessions", json={"job": {"prompt": 1}, "workspace": str(repo)}), 422),
             (http.post("/v1/sessions", json={"job": JOB, "workspace": "relative/dir"}), 422),
-            # an inline script that is an alias bomb: refused, not expanded in the server
-            (http.post("/v1/sessions", json={"job": bomb_job, "workspace": str(repo)}), 400),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": "/no\x00where"}), 422),
+            (http.post("/v1/sessions", json={"job": JOB, "workspace": "/no/such/dir"}), 404),
+            (
+                http.post("/v1/sessions", json={"job": JOB, "workspace": str(repo / "README.md")}),
+                404,
+            ),
+            # an inline script as YAML text (here an alias bomb): refused, never parsed
+            (http.post("/v1/sessions", json={"job": bomb_job, "workspace": str(repo)}), 422),
+            # lax coercions the schema does not allow: 0 is no boolean, "3" no integer
+            (http.post("/v1/sessions/ffffffff/steer", json={"text": "t", "after_run": 0}), 422),
+            (
+                http.post(
+                    "/v1/sessions",
+                    json={"job": {**JOB, "limits": {"max_steps": "3"}}, "workspace": str(repo)},
+                ),
+                422,
+            ),
+            (http.post("/v1/sessions/ffffffff/steer", json={"text": " \n\t "}), 422),
+            (http.post("/v1/sessions/ffffffff/steer"), 422),
+            (
+                http.post(
+                    "/v1/sessions/ffffffff/steer",
+                    content=b"text=hi",
+                    headers={"content-type": "application/x-www-form-urlencoded"},
+                ),
+                415,
+            ),
             (http.post("/v1/sessions", content=big), 413),
             (http.post("/v1/sessions", content=iter([big[:100_000]] * 4)), 413),
             (http.get("/v1/sessions/ffffffff"), 404),
@@ -132,6 +166,7 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             (http.post("/v1/sessions/ffffffff/cancel"), 404),
             (http.get("/v1/nothing-here"), 404),
             (http.delete("/v1/sessions"), 405),
+            (http.request("TRACE", "/v1/sessions/ffffffff/steer"), 405),
             (http.get("/v1/sessions/ffffffff/events?timeout=-1"), 422),
             # query parameters: invalid values and undeclared names (were ignored)
             (http.get("/v1/batches?limit=abc"), 422),
@@ -144,6 +179,8 @@ def test_bad_input_gets_a_4xx_json_error_never_a_500(server: Server, tmp_path: P
             assert response.status_code == status, (response.request.url, response.text)
             error = response.json()["error"]
             assert error["code"] and error["message"], response.text
+            if status == 405:  # RFC 9110: a 405 says what is allowed
+                assert response.headers["allow"], response.headers
     with server.client() as http:
         limited = http.get("/v1/batches?limit=1")
         assert limited.status_code == 200 and limited.json() == {"batches": []}, limited.text
@@ -163,7 +200,8 @@ def test_a_provider_script_must_be_inline_never_a_server_path(
     server: Server, tmp_path: Path
 ) -> None:
     # A script string ending .yaml/.json was read on the server: a file
-    # oracle ("cannot read provider script /x.yaml: No such file").
+    # oracle ("cannot read provider script /x.yaml: No such file").  Over the
+    # API a script is JSON: no string is read or parsed.
     repo = make_repo(tmp_path / "repo")
     real = tmp_path / "script.yaml"
     real.write_text("turns:\n  - text: hi\n", encoding="utf-8")
@@ -195,14 +233,19 @@ def test_a_provider_script_must_be_inline_never_a_server_path(
             messages[0]
         ), "the same answer whether the file exists or not"
         assert len(set(messages)) == 1
-        inline = http.post(
+        text = http.post(  # YAML text is not parsed in the server either
             "/v1/sessions",
             json={
                 "job": {**JOB, "provider": _scripted("turns:\n  - text: hi\n")},
                 "workspace": str(repo),
             },
         )
-        assert inline.status_code in (201, 202), inline.text  # YAML text is inline data
+        assert text.status_code == 422 and text.json()["error"]["message"].endswith(messages[0])
+        inline = http.post(
+            "/v1/sessions",
+            json={"job": {**JOB, "provider": _scripted([{"text": "hi"}])}, "workspace": str(repo)},
+        )
+        assert inline.status_code in (201, 202), inline.text  # a list of turns is inline JSON
 
 
 def test_a_posted_job_may_not_reach_secrets_or_import_modules(
@@ -260,7 +303,7 @@ def test_workspace_roots_bound_what_a_posted_workspace_may_be(
                 "etc": Path("/etc"),
             }.items():
                 response = http.post("/v1/sessions", json={"job": JOB, "workspace": str(path)})
-                assert response.status_code == 422, (name, response.text)
+                assert response.status_code == 403, (name, response.text)
                 message = response.json()["error"]["message"]
                 assert message.startswith("workspace:") and "NAHIDA_API_WORKSPACE_ROOTS" in message
                 answers[name] = message.replace(str(path), "P")

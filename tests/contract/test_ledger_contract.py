@@ -514,6 +514,26 @@ def test_request_cancel_keeps_the_first_time(ledger: Ledger) -> None:
         ledger.request_cancel(tx, "no-such-session", at=at(9))
 
 
+def test_reopen_session_turns_only_a_done_session_queued(ledger: Ledger) -> None:
+    w = make_world(ledger)
+    for status in (SessionStatus.QUEUED, SessionStatus.RUNNING, SessionStatus.WAITING):
+        with ledger.transaction() as tx:
+            ledger.set_session_status(tx, w.session_id, status, at=at(1))
+        with ledger.transaction() as tx:
+            assert ledger.reopen_session(tx, w.session_id, at=at(2)) is False
+        session = ledger.get_session(w.session_id)
+        assert session is not None and session.status is status
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, w.session_id, SessionStatus.DONE, at=at(3))
+    with ledger.transaction() as tx:
+        assert ledger.reopen_session(tx, w.session_id, at=at(4)) is True
+        assert ledger.reopen_session(tx, w.session_id, at=at(4)) is False  # seen in-transaction
+    session = ledger.get_session(w.session_id)
+    assert session is not None and session.status is SessionStatus.QUEUED
+    with ledger.transaction() as tx:
+        assert ledger.reopen_session(tx, "no-such-session", at=at(5)) is False
+
+
 def test_outbox_add_pending_and_mark_published(ledger: Ledger) -> None:
     w = make_world(ledger)
     with ledger.transaction() as tx:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -82,17 +83,32 @@ def test_task_jobs_check_agents_and_each_profile(tmp_path: Any) -> None:
 
 
 def test_the_api_checks_the_script_before_any_session_exists(tmp_path: Any) -> None:
-    """``POST /v1/sessions`` refuses the same typo `nahida batch` refuses (HTTP 400)."""
+    """``POST /v1/sessions`` refuses what `nahida batch` refuses, before any session exists.
+
+    A typo (no tool of that name on the server) is outside the schema's names:
+    422.  A registered tool the job does not offer is the job disagreeing with
+    itself: the same usage error as the CLI's (HTTP 400).
+    """
     from types import SimpleNamespace
 
-    from nahida_workers.api.app import SessionIn, _create_session
+    from fastapi import HTTPException
+
+    from nahida_workers.api.app import registered_tools
+    from nahida_workers.api.models import SessionIn
+    from nahida_workers.api.sessions import Tools, _create_session
 
     fleet = SimpleNamespace(settings=SETTINGS, ledger=None, dispatcher=None)
-    job = {
-        "prompt": "p",
-        "tools": ["Glob"],
-        "provider": {"kind": "scripted", "script": [glob("Glb"), {"text": "done"}]},
-    }
-    body = SessionIn(job=job, workspace=str(tmp_path))
-    with pytest.raises(ConfigError, match=r"\['Glb'\]"):
-        _create_session(fleet, body)
+    tools = Tools(registered_tools(SETTINGS))
+    for name, error, match in (
+        ("Glb", HTTPException, "tool_calls.0.name: unknown tool 'Glb'"),
+        ("Grep", ConfigError, r"\['Grep'\]"),
+    ):
+        job = {
+            "prompt": "p",
+            "tools": ["Glob"],
+            "provider": {"kind": "scripted", "script": [glob(name), {"text": "done"}]},
+        }
+        body = SessionIn.model_validate({"job": job, "workspace": str(tmp_path)})
+        with pytest.raises(error) as refused:
+            _create_session(fleet, body, tools)
+        assert re.search(match, str(getattr(refused.value, "detail", refused.value)))

@@ -75,12 +75,12 @@ class Inbox:
             next_turn=next_turn,
             created_at=now,
         )
+        # One connection per post: the status is changed in the transaction that
+        # holds the session row lock, never read through a second pool checkout
+        # (under a burst every holder of a lock waited for a second connection).
         with self.ledger.transaction() as tx:
             stored, created = self.ledger.enqueue_inbox(tx, message, self.limits)
-            session = self.ledger.get_session(session_id) if created else None
-            reopened = session is not None and session.status is SessionStatus.DONE
-            if reopened:
-                self.ledger.set_session_status(tx, session_id, SessionStatus.QUEUED, at=now)
+            reopened = created and self.ledger.reopen_session(tx, session_id, at=now)
         if created and (reopened or self.leases.holder(session_id) is None):
             self.dispatcher.redispatch(session_id)
         return stored, created
