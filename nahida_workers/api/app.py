@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from nahida_workers.api.access_log import RequestLog
 from nahida_workers.api.admission import Admission, AdmissionLimits
 from nahida_workers.api.auth import Auth
 from nahida_workers.api.follow import follow_routes
@@ -73,6 +74,7 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(Admission, limits=limits, exempt=UNGATED, is_stream=_is_stream)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(Auth, token=settings.api_token.get_secret_value(), open_paths=OPEN_PATHS)
+    app.add_middleware(RequestLog)  # outermost: refusals by the token or the limits are logged too
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
