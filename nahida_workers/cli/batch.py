@@ -178,7 +178,7 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     def work() -> int:
         deferred = _dispatch_all(fleet, specs, options, batch_id, settings)
         if deferred:
-            return _recorded(fleet, batch_id, deferred, settings, console)
+            return _recorded(fleet, batch_id, deferred, settings, err)
         return _wait(
             fleet, batch_id, options, settings, err, consumers=None if options.local else consumers
         )

@@ -34,7 +34,7 @@ from nahida_workers.cli.common import (
     print_json,
     settings_for,
 )
-from nahida_workers.cli.exits import ExitCode, classify, print_error
+from nahida_workers.cli.exits import ExitCode, classify, print_error, state
 from nahida_workers.cli.schedule_cmds import schedule_app
 from nahida_workers.cli.team_cmds import team_app
 
@@ -50,7 +50,8 @@ app = typer.Typer(
     help="Run LLM agent sessions durably: one session per repository, on a Celery fleet or "
     "embedded (--local).  Exit codes: 0 ok, 1 a session did not complete, 2 usage or input "
     "error, 3 database/broker/Redis unreachable, 4 recorded but not yet delivered (broker "
-    "down), 5 batch --timeout, 130 interrupted.",
+    "down), 5 batch --timeout, 130 interrupted.  Anywhere on the command line: --debug shows "
+    "tracebacks, --create-db lets --db name a file in a folder that does not exist yet.",
 )
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 app.add_typer(runs_app, name="runs")
@@ -405,7 +406,9 @@ def main() -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     argv = sys.argv[1:]
     debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    # ``--create-db``, like ``--debug``, is taken anywhere on the command line.
+    state.create_db = "--create-db" in argv
+    argv = [a for a in argv if a not in ("--debug", "--create-db")]
     bad = _argv_errors(argv)
     if bad is not None:
         print_error(bad)

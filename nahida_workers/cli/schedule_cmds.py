@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nahida_workers.cli.common import MaxRunningOpt, PriorityOpt
+from nahida_workers.cli.common import DEFAULT_DB, DbOpt, MaxRunningOpt, PriorityOpt
 
 if TYPE_CHECKING:
     from nahida_workers.schedules.model import FireRecord, Schedule
@@ -64,11 +64,9 @@ schedule_app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
-DEFAULT_DB = Path("var/nahida.sqlite3")
 LocalOpt = Annotated[
     bool, typer.Option("--local", help="Embedded mode: SQLite ledger file, in-process workers.")
 ]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --local.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 NameArg = Annotated[str, typer.Argument(help="Schedule name (or a unique prefix of its id).")]
 
@@ -395,8 +393,9 @@ def _recorded(
         "unreachable; celery beat's sweeper publishes them). Do not repeat it: follow it "
         f"with `nahida status {batch_id}`."
     )
-    # With --json the JSON document is stdout; the sentence goes to stderr.
-    (err if quiet else console).print(line, markup=False, soft_wrap=True)
+    # On stderr, as every command's "recorded; will be delivered" notice
+    # (with --json the JSON document alone is stdout).
+    err.print(line, markup=False, soft_wrap=True)
     return typer.Exit(ExitCode.RECORDED)
 
 
