@@ -19,6 +19,7 @@ from nahida_workers.api.follow import follow_routes
 from nahida_workers.api.guard import BodyLimit, install_error_handlers
 from nahida_workers.api.inputs import known_query_only
 from nahida_workers.api.openapi import install_openapi
+from nahida_workers.api.schedules import schedule_routes
 from nahida_workers.api.services import Services
 from nahida_workers.api.sessions import Tools, session_routes
 from nahida_workers.settings import Settings
@@ -84,6 +85,7 @@ def create_app(services: Services) -> FastAPI:
     v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only)])
     session_routes(v1, services, Tools(tools))
     follow_routes(v1, services)
+    schedule_routes(v1, services, Tools(tools))
     app.include_router(v1)
     install_openapi(app, settings, tools)
     app.include_router(web_router(services))

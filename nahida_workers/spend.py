@@ -1,0 +1,175 @@
+"""What the fleet spent, read from the ledger: tokens and cost per run, session, batch, job.
+
+Every provider turn's usage is recorded in the ledger with the turn: its
+``assistant_output`` event carries the ``usage`` the provider reported and
+the ``model`` that answered (DESIGN.md section 3, the turn commit).  These
+reads total them -- per run, per session (its runs), per batch (its
+sessions, child sessions included: they share the batch id), per schedule
+fire (its batch) and per job over a period -- and price them with the
+operator's table (:func:`load_prices`, :mod:`nahida_workers.core.usage`).
+
+On a SQL ledger the turns are read with one query per 500 runs that takes
+only ``payload_json -> 'usage'`` and ``-> 'model'`` (never the turn's text);
+any other ledger (the in-memory twin) is read through its ``events``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nahida_workers.core.events import EventType
+from nahida_workers.core.records import RunRecord
+from nahida_workers.core.usage import PriceTable, UsageTally
+from nahida_workers.errors import ConfigError
+
+__all__ = [
+    "NO_BATCH",
+    "batch_usage",
+    "jobs_usage",
+    "load_prices",
+    "run_usage",
+    "runs_usage",
+    "sessions_usage",
+]
+
+#: The job label of sessions no batch holds (posted one by one over the API).
+NO_BATCH = "(no batch)"
+_CHUNK = 500
+
+
+def load_prices(path: str | Path | None) -> PriceTable | None:
+    """The price table in ``path`` (``NAHIDA_PRICES_FILE``); None when there is no such file.
+
+    Raises:
+        ConfigError: the file is unreadable, not YAML, or not a price table
+            (the message names the path and the field).
+    """
+    if not path:
+        return None
+    path = Path(path)
+    if not path.is_file():
+        return None
+    from pydantic import ValidationError
+
+    from nahida_workers.yaml_input import read_yaml_file
+
+    data = read_yaml_file(path, what="price table")
+    try:
+        return PriceTable.model_validate(data or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ConfigError(f"price table {path}: {where}: {first['msg']}") from None
+
+
+def _turns(ledger: Any, runs: Sequence[RunRecord]) -> Iterator[tuple[str, Any, Any]]:
+    """``(run_id, reported model, usage)`` of every provider turn of ``runs``."""
+    engine = getattr(ledger, "engine", None)
+    if engine is None:
+        for run in runs:
+            for event in ledger.events(run.run_id):
+                if event.type is EventType.ASSISTANT_OUTPUT:
+                    yield run.run_id, event.payload.get("model"), event.payload.get("usage")
+        return
+    from sqlalchemy import select
+
+    from nahida_workers.ledger import schema as t
+
+    e = t.agent_run_events
+    ids = [r.run_id for r in runs]
+    with engine.connect() as conn:
+        for start in range(0, len(ids), _CHUNK):
+            query = select(e.c.run_id, e.c.payload_json["model"], e.c.payload_json["usage"]).where(
+                e.c.event_type == EventType.ASSISTANT_OUTPUT.value,
+                e.c.run_id.in_(ids[start : start + _CHUNK]),
+            )
+            for row in conn.execute(query):
+                yield row[0], row[1], row[2]
+
+
+def runs_usage(
+    ledger: Any, runs: Sequence[RunRecord], table: PriceTable | None
+) -> dict[str, UsageTally]:
+    """A tally per run id (every run of ``runs`` has one, zeros if it made no provider turn)."""
+    by_id = {r.run_id: r for r in runs}
+    tallies = {r.run_id: UsageTally(table) for r in runs}
+    for run_id, model, usage in _turns(ledger, runs):
+        reported = model if isinstance(model, str) else None
+        tallies[run_id].add(
+            usage if isinstance(usage, dict) else None,
+            reported=reported,
+            run_model=by_id[run_id].model,
+        )
+    return tallies
+
+
+def run_usage(ledger: Any, run: RunRecord, table: PriceTable | None) -> dict[str, Any]:
+    """One run's totals (:meth:`UsageTally.as_json`)."""
+    return runs_usage(ledger, [run], table)[run.run_id].as_json()
+
+
+def sessions_usage(
+    ledger: Any, session_ids: Sequence[str], table: PriceTable | None
+) -> dict[str, UsageTally]:
+    """A tally per session id: the sum over its runs."""
+    runs = {sid: ledger.runs_of(sid) for sid in session_ids}
+    every = [r for rs in runs.values() for r in rs]
+    per_run = runs_usage(ledger, every, table)
+    return {sid: UsageTally(table).merge(per_run[r.run_id] for r in rs) for sid, rs in runs.items()}
+
+
+def batch_usage(ledger: Any, batch_id: str, table: PriceTable | None) -> dict[str, Any]:
+    """A batch's totals: every session of it (child sessions share the batch id)."""
+    ids = [s.session_id for s in ledger.sessions(batch_id=batch_id)]
+    tallies = sessions_usage(ledger, ids, table)
+    return UsageTally(table).merge(tallies.values()).as_json()
+
+
+def jobs_usage(ledger: Any, *, since: datetime | None, table: PriceTable | None) -> dict[str, Any]:
+    """Totals per job of the runs started at or after ``since`` (None: all), and the sum.
+
+    A session's job is its batch's (a schedule's fires are batches of its
+    job); sessions no batch holds are :data:`NO_BATCH`.
+
+    Returns:
+        ``{"since", "priced", "jobs": [{"job", "sessions", "runs", **totals}],
+        "total": totals}``, jobs by descending cost, then output tokens.
+    """
+    jobs: dict[str, dict[str, Any]] = {}
+    batch_jobs: dict[str, str] = {}
+    runs: list[RunRecord] = []
+    job_of_run: dict[str, str] = {}
+    for session in ledger.sessions():
+        session_runs = [r for r in ledger.runs_of(session.session_id) if _since(r, since)]
+        if not session_runs:
+            continue
+        job = NO_BATCH
+        if session.batch_id is not None:
+            if session.batch_id not in batch_jobs:
+                batch = ledger.get_batch(session.batch_id)
+                batch_jobs[session.batch_id] = batch.job_name if batch else NO_BATCH
+            job = batch_jobs[session.batch_id]
+        entry = jobs.setdefault(job, {"job": job, "sessions": 0, "runs": 0})
+        entry["sessions"] += 1
+        entry["runs"] += len(session_runs)
+        runs += session_runs
+        job_of_run.update({r.run_id: job for r in session_runs})
+    per_run = runs_usage(ledger, runs, table)
+    per_job: dict[str, UsageTally] = {job: UsageTally(table) for job in jobs}
+    for run_id, tally in per_run.items():
+        per_job[job_of_run[run_id]] = per_job[job_of_run[run_id]].merge([tally])
+    rows = [{**jobs[job], **per_job[job].as_json()} for job in jobs]
+    rows.sort(key=lambda r: (-(r["cost_usd"] or 0.0), -r["output_tokens"], r["job"]))
+    return {
+        "since": since.isoformat() if since else None,
+        "priced": table is not None,
+        "jobs": rows,
+        "total": UsageTally(table).merge(per_job.values()).as_json(),
+    }
+
+
+def _since(run: RunRecord, since: datetime | None) -> bool:
+    return since is None or run.started_at >= since
