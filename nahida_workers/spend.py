@@ -30,14 +30,45 @@ __all__ = [
     "batch_usage",
     "jobs_usage",
     "load_prices",
+    "parse_since",
+    "prices_of",
     "run_usage",
     "runs_usage",
     "sessions_usage",
+    "usage_line",
 ]
 
 #: The job label of sessions no batch holds (posted one by one over the API).
 NO_BATCH = "(no batch)"
 _CHUNK = 500
+
+
+def prices_of(settings: Any) -> PriceTable | None:
+    """The price table ``settings.prices_file`` names (None: no such file).
+
+    Raises:
+        ConfigError: as :func:`load_prices`.
+    """
+    return load_prices(settings.prices_file)
+
+
+def usage_line(usage: dict[str, Any]) -> str:
+    """Totals as one line: ``tokens 4,000 in (400 cached), 300 out; cost $0.0167``.
+
+    The cost part only when there is one; ``cost unknown`` when a price table
+    is set but a turn's model is not in it.
+    """
+    line = f"tokens {usage['input_tokens']:,} in"
+    if usage["cached_tokens"]:
+        line += f" ({usage['cached_tokens']:,} cached)"
+    if usage["cache_write_tokens"]:
+        line += f", {usage['cache_write_tokens']:,} cache write"
+    line += f", {usage['output_tokens']:,} out over {usage['turns']} turn(s)"
+    if usage.get("cost_usd") is not None:
+        line += f"; cost ${usage['cost_usd']:.4f}"
+    elif usage.get("unpriced_turns"):
+        line += f"; cost unknown ({usage['unpriced_turns']} turn(s) of a model with no price)"
+    return line
 
 
 def load_prices(path: str | Path | None) -> PriceTable | None:
@@ -169,6 +200,32 @@ def jobs_usage(ledger: Any, *, since: datetime | None, table: PriceTable | None)
         "jobs": rows,
         "total": UsageTally(table).merge(per_job.values()).as_json(),
     }
+
+
+def parse_since(text: str, *, now: datetime) -> datetime:
+    """The start of ``--since``: a period back from ``now`` (``24h``, ``7d``) or an ISO time.
+
+    An ISO time without an offset is UTC.
+
+    Raises:
+        UserError: neither a duration nor an ISO date/time.
+    """
+    from datetime import UTC, timedelta
+
+    from nahida_workers.errors import UserError
+    from nahida_workers.schedules.model import parse_duration
+
+    try:
+        return now - timedelta(seconds=parse_duration(text))
+    except (ValueError, OverflowError):
+        pass
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UserError(
+            f"--since {text!r}: give a period (30m, 24h, 7d) or an ISO date/time"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 def _since(run: RunRecord, since: datetime | None) -> bool:

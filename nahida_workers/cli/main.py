@@ -183,6 +183,12 @@ def mock_llm(
     server.run_forever()
 
 
+def _utcnow() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
 def _no_schema_yet(exc: BaseException) -> bool:
     text = str(getattr(exc, "orig", None) or exc)
     return "no such table" in text
@@ -196,37 +202,52 @@ def status(
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
+    since: Annotated[
+        str,
+        typer.Option(
+            help="Without BATCH_ID: total the tokens (and cost) per job of the runs started "
+            "in this period (30m, 24h, 7d) or since this ISO date/time.",
+        ),
+    ] = "24h",
 ) -> None:
     """List batches with their sessions' progress, or show the sessions of one batch.
 
-    Without BATCH_ID: every batch (sessions, done, by state) and the sessions
-    of the newest one.
+    Without BATCH_ID: every batch (sessions, done, by state), the sessions of
+    the newest one, and what the fleet spent per job over ``--since``
+    (tokens; a cost with a price table, NAHIDA_PRICES_FILE).
     """
     from nahida_workers.cli import render
     from nahida_workers.cli.ids import resolve
     from nahida_workers.cli.report import batch_report
     from nahida_workers.errors import LedgerUnavailableError
+    from nahida_workers.spend import jobs_usage, parse_since, prices_of
 
-    ledger = ledger_for(settings_for(local, db))
+    settings = settings_for(local, db)
+    ledger = ledger_for(settings)
+    prices = prices_of(settings)
     if batch_id is None:
+        start = parse_since(since, now=_utcnow())
         try:
             rows = render.batches_rows(ledger)
         except LedgerUnavailableError as exc:
             if not (local and _no_schema_yet(exc)):
                 raise
             rows = []  # a --local ledger file nothing has written to yet
+        spent = jobs_usage(ledger, since=start, table=prices) if rows else None
         if as_json:
-            print_json({"batches": rows})
+            print_json({"batches": rows, "usage": spent})
             return
         if not rows:
             out().print(f"no batches yet{f' in {db}' if local else ''}")
             return
         out().print(render.batches_table(rows))
-        newest = batch_report(ledger, rows[0]["batch_id"])
+        newest = batch_report(ledger, rows[0]["batch_id"], prices=prices)
         out().print(render.batch_table(newest, width=out().width))
+        if spent is not None:
+            out().print(render.jobs_usage_table(spent, since_text=since))
         return
     full = resolve(ledger, "batch", batch_id)
-    data = batch_report(ledger, full)
+    data = batch_report(ledger, full, prices=prices)
     if as_json:
         print_json(data)
         return
@@ -263,7 +284,11 @@ def runs_show(
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print every event of a run in order, tool calls with their receipts.
+    """Print every event of a run in order, tool calls with their receipts, then its usage.
+
+    The last line totals the tokens the provider reported over the run's
+    turns (input, cached, output) and, with a price table
+    (NAHIDA_PRICES_FILE), the cost (``--json``: ``usage``).
 
     A Task call is followed by its child session and the child's state
     (``--json``: ``children``, call id -> the child's full id, status, state).
@@ -271,17 +296,21 @@ def runs_show(
     from nahida_workers.cli import render
     from nahida_workers.cli.ids import resolve
     from nahida_workers.cli.tree import call_children
+    from nahida_workers.spend import prices_of, run_usage, usage_line
 
-    ledger = ledger_for(settings_for(local, db))
+    settings = settings_for(local, db)
+    ledger = ledger_for(settings)
     full = resolve(ledger, "run", run_id)
     run = ledger.get_run(full)
     assert run is not None  # resolve found it
     events, receipts = ledger.events(full), ledger.receipts(full)
     children = call_children(ledger, run, receipts)
+    usage = run_usage(ledger, run, prices_of(settings))
     if as_json:
         print_json(
             {
                 "run": run.model_dump(mode="json"),
+                "usage": usage,
                 "events": [e.model_dump(mode="json") for e in events],
                 "receipts": [r.model_dump(mode="json") for r in receipts],
                 "children": children,
@@ -289,6 +318,7 @@ def runs_show(
         )
         return
     render.print_run(out(), run, events, receipts, children)
+    out().print(usage_line(usage), markup=False)
 
 
 @app.command()

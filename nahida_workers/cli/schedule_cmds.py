@@ -270,12 +270,18 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """A schedule and its newest fires: each decision, its batch, who decided it."""
-    store = _store(_settings(local, db))
+    """A schedule and its newest fires: each decision, its batch, who decided it, its tokens."""
+    from nahida_workers.cli.common import ledger_for
+    from nahida_workers.schedules.views import fires_with_usage
+    from nahida_workers.spend import prices_of
+
+    settings = _settings(local, db)
+    store = _store(settings)
     schedule = _find(store, name, removed=removed)
     history = store.fires(schedule.schedule_id, limit=fires)
     data = _schedule_json(schedule, history, _now())
-    data["fires"] = [_fire_json(f) for f in history]
+    prices = prices_of(settings)
+    data["fires"] = fires_with_usage(ledger_for(settings), history, prices)
     if as_json:
         console.print_json(json.dumps(data, default=str))
         return
@@ -289,11 +295,15 @@ def show(
         f"  next fire {data['next_fire'] or '-'}"
     )
     table = Table(title=f"fires (newest {fires})")
-    for column in ("fire time", "kind", "outcome", "batch id", "late s", "decided by", "detail"):
+    columns = ["fire time", "kind", "outcome", "batch id", "late s", "decided by", "detail"]
+    columns += ["tokens in", "out"] + (["cost $"] if prices is not None else [])
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for fire in history:
+    for fire, shown in zip(history, data["fires"], strict=True):
         detail = {k: v for k, v in fire.detail.items() if k != "late_s"}
-        table.add_row(
+        usage = shown["usage"] or {}
+        cost = usage.get("cost_usd")
+        cells = [
             iso(fire.fire_time),
             fire.kind.value,
             fire.outcome.value,
@@ -301,7 +311,12 @@ def show(
             str(fire.detail.get("late_s", "-")),
             escape(fire.decided_by),
             escape(json.dumps(detail)) if detail else "",
-        )
+            f"{usage['input_tokens']:,}" if usage else "-",
+            f"{usage['output_tokens']:,}" if usage else "-",
+        ]
+        if prices is not None:  # a cost column only with a price table
+            cells.append("?" if cost is None else f"{cost:.4f}")
+        table.add_row(*cells)
     console.print(table)
 
 

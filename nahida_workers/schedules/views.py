@@ -18,7 +18,14 @@ from nahida_workers.schedules.model import FireRecord, Schedule
 from nahida_workers.schedules.store import ScheduleStore
 from nahida_workers.schedules.timing import iso, jitter_offset, next_fire
 
-__all__ = ["find_schedule", "fire_json", "next_fire_of", "schedule_json", "state_of"]
+__all__ = [
+    "find_schedule",
+    "fire_json",
+    "fires_with_usage",
+    "next_fire_of",
+    "schedule_json",
+    "state_of",
+]
 
 
 def next_fire_of(schedule: Schedule, now: datetime) -> datetime | None:
@@ -41,6 +48,23 @@ def fire_json(fire: FireRecord) -> dict[str, Any]:
     data = fire.model_dump(mode="json")
     data["fire_time"] = iso(fire.fire_time)
     return data
+
+
+def fires_with_usage(ledger: Any, fires: list[FireRecord], prices: Any) -> list[dict[str, Any]]:
+    """Each fire as JSON with ``usage``: what its batch's sessions spent (None: no batch).
+
+    Args:
+        ledger: the ledger the fires' batches are in.
+        prices: a :class:`~nahida_workers.core.usage.PriceTable` or None.
+    """
+    from nahida_workers.spend import batch_usage
+
+    out = []
+    for fire in fires:
+        data = fire_json(fire)
+        data["usage"] = batch_usage(ledger, fire.batch_id, prices) if fire.batch_id else None
+        out.append(data)
+    return out
 
 
 def schedule_json(schedule: Schedule, fires: list[FireRecord], now: datetime) -> dict[str, Any]:
