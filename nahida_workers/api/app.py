@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from nahida_workers.api.access_log import RequestLog
 from nahida_workers.api.admission import Admission, AdmissionLimits
 from nahida_workers.api.auth import Auth
+from nahida_workers.api.fleet import fleet_routes
 from nahida_workers.api.follow import follow_routes
 from nahida_workers.api.guard import BodyLimit, install_error_handlers
 from nahida_workers.api.inputs import known_query_only
@@ -86,6 +87,7 @@ def create_app(services: Services) -> FastAPI:
     session_routes(v1, services, Tools(tools))
     follow_routes(v1, services)
     schedule_routes(v1, services, Tools(tools))
+    fleet_routes(v1, services)
     app.include_router(v1)
     install_openapi(app, settings, tools)
     app.include_router(web_router(services))

@@ -31,12 +31,13 @@ from nahida_workers.settings import Settings
 __all__ = ["install_openapi", "responses"]
 
 _DESCRIPTIONS = {
-    400: "Malformed JSON, or a job whose parts disagree (`invalid_request`), or an ambiguous id "
-    "prefix.",
+    400: "Malformed JSON, a job whose parts disagree or a schedule's timing that does not "
+    "hold (`invalid_request`), an ambiguous id prefix, or a `since` that is no period.",
     401: "No token (`unauthorized`) or a wrong one (`invalid_token`).",
     403: "The workspace is outside NAHIDA_API_WORKSPACE_ROOTS.",
-    404: "No such session, run, batch or workspace directory.",
-    409: "The idempotency key was used with another body, or the session is done.",
+    404: "No such session, run, batch, schedule or workspace directory.",
+    409: "The idempotency key was used with another body, the session is done, or the "
+    "schedule name is taken.",
     413: "The body is over NAHIDA_API_MAX_BODY_BYTES.",
     415: "A body that is not `application/json`.",
     422: "A value outside the schema, or a query parameter the route does not declare.",
@@ -194,3 +195,25 @@ def _links(document: dict[str, Any]) -> None:
     paths["/v1/batches"]["get"]["responses"]["200"]["links"] = {
         "getBatch": _link("getBatch", batch_id="$response.body#/batches/0/batch_id"),
     }
+    paths["/v1/sessions/{session_id}"]["get"]["responses"]["200"]["links"]["getSessionTree"] = (
+        _link("getSessionTree", session_id="$response.body#/session/session_id")
+    )
+    named = "$response.body#/name"
+    schedule_links = {
+        op: _link(op, name=named)
+        for op in (
+            "getSchedule",
+            "pauseSchedule",
+            "resumeSchedule",
+            "triggerSchedule",
+            "removeSchedule",
+        )
+    }
+    paths["/v1/schedules"]["post"]["responses"]["201"]["links"] = schedule_links
+    paths["/v1/schedules"]["get"]["responses"]["200"]["links"] = {
+        "getSchedule": _link("getSchedule", name="$response.body#/schedules/0/name"),
+    }
+    for action in ("pause", "resume"):
+        paths[f"/v1/schedules/{{name}}/{action}"]["post"]["responses"]["200"]["links"] = {
+            "getSchedule": _link("getSchedule", name=named)
+        }

@@ -9,10 +9,11 @@ prints (:mod:`nahida_workers.schedules.views`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nahida_workers.api.fleet_models import UsageTotals
 from nahida_workers.api.models import JobIn
 from nahida_workers.constants import MAX_PRIORITY
 from nahida_workers.schedules.model import NAME_PATTERN, FireKind, FireOutcome, Overlap
@@ -56,11 +57,13 @@ class ScheduleIn(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique among live schedules.")
     job: JobIn
-    repos: list[str] = Field(
-        min_length=1,
-        max_length=1000,
-        description="Absolute directories on the fleet (inside NAHIDA_API_WORKSPACE_ROOTS "
-        "when set); one session per repository per fire.",
+    repos: list[Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]] = (
+        Field(
+            min_length=1,
+            max_length=1000,
+            description="Absolute directories on the fleet (inside NAHIDA_API_WORKSPACE_ROOTS "
+            "when set); one session per repository per fire.",
+        )
     )
     cron: str | None = Field(
         None, min_length=1, max_length=200, description="A 5-field cron expression."
@@ -108,6 +111,9 @@ class FireView(BaseModel):
     finished_at: str | None = None
     attempts: int = 0
     detail: dict[str, Any] = Field(default_factory=dict)
+    usage: UsageTotals | None = Field(
+        None, description="What the fire's batch spent (getSchedule's fires; null: no batch)."
+    )
 
 
 class ScheduleView(BaseModel):

@@ -41,7 +41,12 @@ from nahida_workers.api.sessions import RECORDED_MESSAGE, Tools, checked_id
 from nahida_workers.errors import UserError
 from nahida_workers.runtime.spec import JobSpec, validation_summary
 from nahida_workers.schedules.model import ScheduleDef
-from nahida_workers.schedules.views import find_schedule, fire_json, schedule_json
+from nahida_workers.schedules.views import (
+    find_schedule,
+    fire_json,
+    fires_with_usage,
+    schedule_json,
+)
 
 __all__ = ["schedule_routes"]
 
@@ -63,7 +68,10 @@ def schedule_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
         history = store.fires(schedule.schedule_id, limit=fires)
         data = schedule_json(schedule, history, now())
         if with_fires:
-            data["fires"] = [fire_json(f) for f in history]
+            from nahida_workers.spend import prices_of
+
+            prices = prices_of(fleet.settings)
+            data["fires"] = fires_with_usage(fleet.ledger, history, prices)
         return data
 
     @v1.get(
