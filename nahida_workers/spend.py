@@ -96,21 +96,20 @@ def load_prices(path: str | Path | None) -> PriceTable | None:
         raise ConfigError(f"price table {path}: {where}: {first['msg']}") from None
 
 
-def _turns(ledger: Any, runs: Sequence[RunRecord]) -> Iterator[tuple[str, Any, Any]]:
-    """``(run_id, reported model, usage)`` of every provider turn of ``runs``."""
+def _turns(ledger: Any, ids: Sequence[str]) -> Iterator[tuple[str, Any, Any]]:
+    """``(run_id, reported model, usage)`` of every provider turn of the runs ``ids``."""
     engine = getattr(ledger, "engine", None)
     if engine is None:
-        for run in runs:
-            for event in ledger.events(run.run_id):
+        for run_id in ids:
+            for event in ledger.events(run_id):
                 if event.type is EventType.ASSISTANT_OUTPUT:
-                    yield run.run_id, event.payload.get("model"), event.payload.get("usage")
+                    yield run_id, event.payload.get("model"), event.payload.get("usage")
         return
     from sqlalchemy import select
 
     from nahida_workers.ledger import schema as t
 
     e = t.agent_run_events
-    ids = [r.run_id for r in runs]
     with engine.connect() as conn:
         for start in range(0, len(ids), _CHUNK):
             query = select(e.c.run_id, e.c.payload_json["model"], e.c.payload_json["usage"]).where(
@@ -125,14 +124,18 @@ def runs_usage(
     ledger: Any, runs: Sequence[RunRecord], table: PriceTable | None
 ) -> dict[str, UsageTally]:
     """A tally per run id (every run of ``runs`` has one, zeros if it made no provider turn)."""
-    by_id = {r.run_id: r for r in runs}
-    tallies = {r.run_id: UsageTally(table) for r in runs}
-    for run_id, model, usage in _turns(ledger, runs):
+    return _by_run(ledger, {r.run_id: r.model for r in runs}, table)
+
+
+def _by_run(ledger: Any, models: dict[str, str], table: PriceTable | None) -> dict[str, UsageTally]:
+    """A tally per run id of ``models`` (run id -> the run's model)."""
+    tallies = {run_id: UsageTally(table) for run_id in models}
+    for run_id, model, usage in _turns(ledger, list(models)):
         reported = model if isinstance(model, str) else None
         tallies[run_id].add(
             usage if isinstance(usage, dict) else None,
             reported=reported,
-            run_model=by_id[run_id].model,
+            run_model=models[run_id],
         )
     return tallies
 
@@ -170,25 +173,18 @@ def jobs_usage(ledger: Any, *, since: datetime | None, table: PriceTable | None)
         "total": totals}``, jobs by descending cost, then output tokens.
     """
     jobs: dict[str, dict[str, Any]] = {}
-    batch_jobs: dict[str, str] = {}
-    runs: list[RunRecord] = []
+    models: dict[str, str] = {}
     job_of_run: dict[str, str] = {}
-    for session in ledger.sessions():
-        session_runs = [r for r in ledger.runs_of(session.session_id) if _since(r, since)]
-        if not session_runs:
-            continue
-        job = NO_BATCH
-        if session.batch_id is not None:
-            if session.batch_id not in batch_jobs:
-                batch = ledger.get_batch(session.batch_id)
-                batch_jobs[session.batch_id] = batch.job_name if batch else NO_BATCH
-            job = batch_jobs[session.batch_id]
+    seen: set[str] = set()
+    for run_id, model, session_id, job in _runs_since(ledger, since):
         entry = jobs.setdefault(job, {"job": job, "sessions": 0, "runs": 0})
-        entry["sessions"] += 1
-        entry["runs"] += len(session_runs)
-        runs += session_runs
-        job_of_run.update({r.run_id: job for r in session_runs})
-    per_run = runs_usage(ledger, runs, table)
+        if session_id not in seen:
+            seen.add(session_id)
+            entry["sessions"] += 1
+        entry["runs"] += 1
+        models[run_id] = model
+        job_of_run[run_id] = job
+    per_run = _by_run(ledger, models, table)
     per_job: dict[str, UsageTally] = {job: UsageTally(table) for job in jobs}
     for run_id, tally in per_run.items():
         per_job[job_of_run[run_id]] = per_job[job_of_run[run_id]].merge([tally])
@@ -228,5 +224,42 @@ def parse_since(text: str, *, now: datetime) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def _since(run: RunRecord, since: datetime | None) -> bool:
-    return since is None or run.started_at >= since
+def _runs_since(ledger: Any, since: datetime | None) -> Iterator[tuple[str, str, str, str]]:
+    """``(run_id, model, session_id, job)`` of the runs started at or after ``since``.
+
+    One query on a SQL ledger (runs joined to their sessions and batches);
+    the in-memory twin is walked session by session.
+    """
+    engine = getattr(ledger, "engine", None)
+    if engine is None:
+        batch_jobs: dict[str, str] = {}
+        for session in ledger.sessions():
+            job = NO_BATCH
+            if session.batch_id is not None:
+                if session.batch_id not in batch_jobs:
+                    batch = ledger.get_batch(session.batch_id)
+                    batch_jobs[session.batch_id] = batch.job_name if batch else NO_BATCH
+                job = batch_jobs[session.batch_id]
+            for run in ledger.runs_of(session.session_id):
+                if since is None or run.started_at >= since:
+                    yield run.run_id, run.model, session.session_id, job
+        return
+    from datetime import UTC
+
+    from sqlalchemy import select
+
+    from nahida_workers.ledger import schema as t
+    from nahida_workers.ledger.sql_base import utc
+
+    r, s, b = t.agent_runs, t.sessions, t.batches
+    query = select(r.c.run_id, r.c.model, r.c.session_id, b.c.job_name, r.c.started_at).select_from(
+        r.join(s, s.c.session_id == r.c.session_id).outerjoin(b, b.c.batch_id == s.c.batch_id)
+    )
+    if since is not None and engine.dialect.name == "postgresql":
+        query = query.where(r.c.started_at >= since)  # SQLite's text times: compared below
+    with engine.connect() as conn:
+        rows = conn.execute(query.order_by(r.c.started_at)).all()
+    for run_id, model, session_id, job, started in rows:
+        at = utc(started)
+        if since is None or (at is not None and at >= since.astimezone(UTC)):
+            yield run_id, model, session_id, job or NO_BATCH
