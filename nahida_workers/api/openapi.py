@@ -11,8 +11,11 @@ this module adds what the generated one leaves out:
 * the id pattern of path parameters (anything else is a 404);
 * the bearer token (and the login cookie) when ``NAHIDA_API_TOKEN`` is set;
 * links from a created session to what can be done with it, from a session
-  to its runs and from the batch list to a batch (what a client, or
-  schemathesis's stateful phase, follows).
+  to its runs and its tree, from the batch list to a batch, from a created
+  schedule to its actions (what a client, or schemathesis's stateful phase,
+  follows);
+* an example request body and success answer for every operation
+  (:mod:`nahida_workers.api.examples`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from nahida_workers.api.examples import add_examples
 from nahida_workers.api.inputs import RUNTIME_TOOLS
 from nahida_workers.api.models import ID_PATTERN, MAX_ID, ErrorBody
 from nahida_workers.settings import Settings
@@ -96,6 +100,7 @@ def install_openapi(app: FastAPI, settings: Settings, tool_names: Iterable[str])
             _id_parameters(document)
             _security(document, settings)
             _links(document)
+            add_examples(document)
             app.openapi_schema = document
         return app.openapi_schema
 
