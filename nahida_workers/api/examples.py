@@ -250,6 +250,8 @@ def responses() -> dict[str, tuple[str, Any]]:
             {"fire": _fire(), "undelivered_sessions": 0, "recorded": True, "delivered": True},
         ),
         "removeSchedule": ("200", _schedule("removed")),
+        "listRemovedSchedules": ("200", {"schedules": [_schedule("removed")]}),
+        "getRemovedSchedule": ("200", {**_schedule("removed"), "fires": [_fire()]}),
         "getUsage": (
             "200",
             {"since": "2026-11-30T18:00:00+00:00", "priced": True, "jobs": jobs, "total": _USAGE},

@@ -218,6 +218,9 @@ def _links(document: dict[str, Any]) -> None:
     paths["/v1/schedules"]["get"]["responses"]["200"]["links"] = {
         "getSchedule": _link("getSchedule", name="$response.body#/schedules/0/name"),
     }
+    paths["/v1/schedules/{name}"]["delete"]["responses"]["200"]["links"] = {
+        "getRemovedSchedule": _link("getRemovedSchedule", name="$response.body#/schedule_id"),
+    }
     for action in ("pause", "resume"):
         paths[f"/v1/schedules/{{name}}/{action}"]["post"]["responses"]["200"]["links"] = {
             "getSchedule": _link("getSchedule", name=named)

@@ -159,7 +159,7 @@ class ScheduleView(BaseModel):
 
 
 class ScheduleList(BaseModel):
-    """Every live schedule by name (``removed=true``: the removed ones, latest removal first)."""
+    """Live schedules by name (``/v1/removed-schedules``: removed ones, latest removal first)."""
 
     schedules: list[ScheduleView]
 

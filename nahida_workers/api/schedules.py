@@ -1,6 +1,6 @@
 """``/v1/schedules``: what ``nahida schedule`` does, over HTTP (DESIGN.md section 8).
 
-list, show (a removed one too: ``?removed=true``), add, apply (idempotent;
+list, show (a removed one and its fires: ``/v1/removed-schedules``), add, apply (idempotent;
 removes none), pause, resume, trigger (fire now) and remove.  Schedules live
 in the ledger, so a change takes effect at beat's next tick.  A schedule's
 job is inline and passes the checks of ``POST /v1/sessions`` (registered
@@ -81,12 +81,9 @@ def schedule_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
         response_model_exclude_none=False,
         responses=responses(),
     )
-    def list_schedules(
-        removed: bool = Query(False, description="The removed schedules instead of live ones."),
-    ) -> dict[str, Any]:
+    def list_schedules() -> dict[str, Any]:
         """Every live schedule by name: state, trigger, last and next fire (``schedule list``)."""
-        schedules = store.removed() if removed else store.live()
-        return {"schedules": [view(s) for s in schedules]}
+        return {"schedules": [view(s) for s in store.live()]}
 
     @v1.post(
         "/schedules",
@@ -153,19 +150,48 @@ def schedule_routes(v1: APIRouter, services: Any, tools: Tools) -> None:
     def get_schedule(
         name: str,
         fires: int = Query(20, ge=1, le=MAX_FIRES, description="How many of the newest fires."),
-        removed: bool = Query(
-            False, description="A removed schedule (by name: the latest removed; or by id)."
-        ),
     ) -> dict[str, Any]:
-        """A schedule and its newest fires: each decision, its batch, who decided it.
+        """A live schedule and its newest fires: each decision, its batch, who decided it, usage.
 
-        By name, id or unique id prefix; a removed schedule's fires stay in
-        the ledger and are shown with ``removed=true``.
+        By name, id or unique id prefix.  A removed schedule's fires stay in
+        the ledger: ``GET /v1/removed-schedules/{name}``.
         """
-        schedule = find_schedule(store, checked_id(name), removed=removed)
+        schedule = find_schedule(store, checked_id(name))
         return view(schedule, fires, with_fires=True)
 
+    _removed_routes(v1, store, view)
     _action_routes(v1, fleet, store, view, now)
+
+
+def _removed_routes(v1: APIRouter, store: Any, view: Any) -> None:
+    """The removed schedules and their fires (they stay in the ledger)."""
+
+    @v1.get(
+        "/removed-schedules",
+        operation_id="listRemovedSchedules",
+        response_model=ScheduleList,
+        responses=responses(),
+    )
+    def list_removed() -> dict[str, Any]:
+        """Removed schedules, latest removal first (``schedule list --removed``)."""
+        return {"schedules": [view(s) for s in store.removed()]}
+
+    @v1.get(
+        "/removed-schedules/{name}",
+        operation_id="getRemovedSchedule",
+        response_model=ScheduleView,
+        responses=responses(400, 404),
+    )
+    def get_removed(
+        name: str,
+        fires: int = Query(20, ge=1, le=MAX_FIRES, description="How many of the newest fires."),
+    ) -> dict[str, Any]:
+        """A removed schedule and its fires, which stay in the ledger (``schedule show --removed``).
+
+        By name (the latest removed under it), id or unique id prefix.
+        """
+        schedule = find_schedule(store, checked_id(name), removed=True)
+        return view(schedule, fires, with_fires=True)  # type: ignore[no-any-return]
 
 
 def _action_routes(v1: APIRouter, fleet: Any, store: Any, view: Any, now: Any) -> None:
@@ -231,7 +257,7 @@ def _action_routes(v1: APIRouter, fleet: Any, store: Any, view: Any, now: Any) -
         responses=responses(400, 404),
     )
     def remove(name: str) -> dict[str, Any]:
-        """Remove a schedule: it fires no more; its fires and batches stay (``?removed=true``)."""
+        """Remove a schedule: it fires no more; its fires stay (``/v1/removed-schedules``)."""
         schedule = find_schedule(store, checked_id(name))
         return view(store.remove(schedule.name, at=now()))  # type: ignore[no-any-return]
 

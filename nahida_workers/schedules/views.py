@@ -5,7 +5,7 @@ drift: a schedule's state (``active``, ``paused``, ``removed``), its trigger,
 next and last fire, and its fires, each with its decision, its batch and who
 decided it.  A removed schedule keeps its fires in the ledger; it is reached
 by name or id with ``removed=True`` (``schedule show NAME --removed``,
-``GET /v1/schedules/{name}?removed=true``).
+``GET /v1/removed-schedules/{name}``).
 """
 
 from __future__ import annotations
@@ -116,5 +116,5 @@ def find_schedule(store: ScheduleStore, ref: str, *, removed: bool = False) -> S
     if removed:
         raise NotFoundError(f"no removed schedule {ref}")
     raise NotFoundError(
-        f"no schedule {ref} (a removed schedule: `schedule show --removed`, ?removed=true)"
+        f"no schedule {ref} (a removed one: `schedule show --removed`, /v1/removed-schedules)"
     )

@@ -1,7 +1,7 @@
 """``/v1/schedules`` on a real ``nahida serve`` (issue 25 item 2): what ``nahida schedule`` does.
 
 add, list, show, pause, resume, trigger, remove, apply; a removed schedule's
-fires stay reachable (``?removed=true``); every bad input is a 4xx with the
+fires stay reachable (``/v1/removed-schedules``); every bad input is a 4xx with the
 one error shape ``{"error": {"code", "message"}}``.
 """
 
@@ -78,13 +78,14 @@ def test_add_list_show_pause_resume_trigger_remove(
 
         removed = http.delete("/v1/schedules/nightly")
         assert removed.status_code == 200 and removed.json()["state"] == "removed"
-        assert "--removed" in _error(http.get("/v1/schedules/nightly"), 404, "not_found")
-        kept = http.get("/v1/schedules/nightly", params={"removed": "true"})
+        assert "removed-schedules" in _error(http.get("/v1/schedules/nightly"), 404, "not_found")
+        _error(http.get("/v1/removed-schedules/nosuch"), 404, "not_found")
+        kept = http.get("/v1/removed-schedules/nightly")
         assert kept.status_code == 200, kept.text
         assert kept.json()["state"] == "removed" and kept.json()["removed_at"]
         assert [f["batch_id"] for f in kept.json()["fires"]] == [batch_id]
         assert http.get("/v1/schedules").json() == {"schedules": []}
-        gone = http.get("/v1/schedules", params={"removed": "true"}).json()["schedules"]
+        gone = http.get("/v1/removed-schedules").json()["schedules"]
         assert [s["schedule_id"] for s in gone] == [sid]
         for action in ("pause", "resume", "trigger"):
             _error(http.post(f"/v1/schedules/nightly/{action}"), 404, "not_found")
@@ -143,7 +144,7 @@ def test_bad_schedules_are_4xx_with_the_error_shape(
                 "/v1/schedules", content=b"{", headers={"content-type": "application/json"}
             )
             _error(raw, 400, "malformed_json")
-            _error(http.get("/v1/schedules", params={"removd": "1"}), 422, "invalid_input")
+            _error(http.get("/v1/schedules", params={"removed": "1"}), 422, "invalid_input")
             _error(http.get("/v1/schedules/x", params={"fires": 0}), 422, "invalid_input")
             _error(http.get("/v1/schedules/nosuch"), 404, "not_found")
             _error(http.post("/v1/schedules/nosuch/trigger"), 404, "not_found")
@@ -156,6 +157,8 @@ def test_bad_schedules_are_4xx_with_the_error_shape(
                 "/v1/schedules/{name}/pause",
                 "/v1/schedules/{name}/resume",
                 "/v1/schedules/{name}/trigger",
+                "/v1/removed-schedules",
+                "/v1/removed-schedules/{name}",
             ):
                 assert path in schema["paths"], path
             create = schema["paths"]["/v1/schedules"]["post"]

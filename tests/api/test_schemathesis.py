@@ -55,6 +55,13 @@ seed = 20
 [generation]
 max-examples = 8
 
+[checks.negative_data_rejection]
+# 413: a body generated past NAHIDA_API_MAX_BODY_BYTES is refused before it is
+# read (every route documents it).
+expected-statuses = [
+    "400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx",
+]
+
 [auth.openapi.bearer]
 bearer = "{token}"
 
