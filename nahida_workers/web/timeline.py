@@ -22,7 +22,7 @@ from typing import Any
 
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 
-__all__ = ["Bar", "bars_of", "overlapping_pairs", "timeline_svg"]
+__all__ = ["Bar", "bars_of", "origin_of", "overlapping_pairs", "timeline_svg"]
 
 WIDTH = 960
 LEFT = 110
@@ -46,6 +46,7 @@ class Bar:
     synthetic: bool
     detail: str
     call_id: str | None = None
+    lane_key: str | None = None  # "wait", or "child:<session id>" (web/waits.py)
 
 
 def _seconds(at: datetime | None, origin: datetime) -> float:
@@ -57,20 +58,19 @@ def bars_of(
     receipts: Sequence[ExecutionReceipt],
     *,
     placement: Mapping[str, str] | None = None,
+    origin: datetime | None = None,
 ) -> list[Bar]:
     """Provider-turn and tool-call bars of one run, in ledger order.
 
     Args:
         placement: tool name -> ``remote`` / ``local`` / ``inline`` (as the
             session's tools declare it); unknown tools show ``inline``.
+        origin: time zero (default: :func:`origin_of` the events and receipts).
     """
     stamped = [e for e in events if e.created_at is not None]
     if not stamped:
         return []
-    origin = min(
-        [e.created_at for e in stamped if e.created_at is not None]
-        + [r.started_at for r in receipts]
-    )
+    origin = origin or origin_of(events, receipts)
     placement = placement or {}
     by_call = {r.call_id: r for r in receipts}
     results = {e.call_id: e for e in events if e.type is EventType.TOOL_RESULT}
@@ -96,6 +96,18 @@ def bars_of(
             bars.append(_tool_bar(event, by_call, results, placement, origin))
         previous = event.created_at
     return bars
+
+
+def origin_of(events: Sequence[Event], receipts: Sequence[ExecutionReceipt]) -> datetime:
+    """Time zero of a run's timeline: its first event or receipt start.
+
+    Raises:
+        ValueError: no event carries a time and there is no receipt.
+    """
+    return min(
+        [e.created_at for e in events if e.created_at is not None]
+        + [r.started_at for r in receipts]
+    )
 
 
 def _tool_bar(
@@ -137,23 +149,44 @@ def _tool_bar(
     )
 
 
-def _lanes(bars: Sequence[Bar]) -> list[int]:
-    """Lane of each bar: provider turns on lane 0, tools greedily below it."""
+def _lanes(bars: Sequence[Bar]) -> tuple[list[int], dict[int, str]]:
+    """Lane of each bar, and each lane's label.
+
+    Lane 0: waiting (queue, parked, retries); 1: provider turns; then the tool
+    calls, greedily (overlapping calls get separate lanes); then one lane per
+    child session, in the order they appear (grouped by their Task call).
+    """
+    tool_of: list[int | None] = []
     ends: list[float] = []
-    lanes = []
     for bar in bars:
-        if bar.kind == "provider":
-            lanes.append(0)
+        if bar.kind != "tool":
+            tool_of.append(None)
             continue
         for index, end in enumerate(ends):
             if end <= bar.start_s:
                 ends[index] = bar.end_s
-                lanes.append(index + 1)
+                tool_of.append(index)
                 break
         else:
             ends.append(bar.end_s)
-            lanes.append(len(ends))
-    return lanes
+            tool_of.append(len(ends) - 1)
+    first_child = 2 + max(1, len(ends))
+    child_lane: dict[str, int] = {}
+    labels = {0: "waiting", 1: "provider", 2: "tools"}
+    lanes = []
+    for bar, tool in zip(bars, tool_of, strict=True):
+        if tool is not None:
+            lanes.append(2 + tool)
+        elif bar.kind == "provider":
+            lanes.append(1)
+        elif bar.lane_key and bar.lane_key.startswith("child:"):
+            if bar.lane_key not in child_lane:
+                child_lane[bar.lane_key] = first_child + len(child_lane)
+                labels[child_lane[bar.lane_key]] = "child " + bar.lane_key[6:14]
+            lanes.append(child_lane[bar.lane_key])
+        else:
+            lanes.append(0)
+    return lanes, labels
 
 
 def overlapping_pairs(bars: Sequence[Bar]) -> int:
@@ -167,7 +200,23 @@ def overlapping_pairs(bars: Sequence[Bar]) -> int:
     )
 
 
+#: Fill of the waiting and child bars, by kind (a child's by its state).
+WAIT_COLOURS = {"queue": "#e0e0e0", "parked": "#f5deb3", "retry": "#f4b6b6"}
+CHILD_COLOURS = {
+    "completed": "#7fbf7f",
+    "failed": "#d9534f",
+    "cancelled": "#c9a0dc",
+    "incomplete": "#f0ad4e",
+    "unverified": "#f0ad4e",
+    "queued": "#e0e0e0",
+}
+
+
 def _colour(bar: Bar) -> str:
+    if bar.kind in WAIT_COLOURS:
+        return WAIT_COLOURS[bar.kind]
+    if bar.kind == "child":
+        return CHILD_COLOURS.get(bar.status, "#9ecae1")
     if bar.kind == "provider":
         return "#6c8ebf"
     if bar.status in MARKED or bar.synthetic:
@@ -179,17 +228,17 @@ def _colour(bar: Bar) -> str:
 
 def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
     """The SVG document (a string) for ``bars``."""
-    lanes = _lanes(bars)
+    lanes, labels = _lanes(bars)
     span = max([b.end_s for b in bars] + [0.001])
     scale = (WIDTH - LEFT - 20) / span
-    height = TOP + (max([*lanes, 0]) + 1) * LANE_H + 40
+    height = TOP + (max([*lanes, *labels]) + 1) * LANE_H + 40
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" '
         f'font-size="11"><title>{escape(title)}</title>',
-        f'<text x="4" y="{TOP + BAR_H - 4}">provider</text>',
-        f'<text x="4" y="{TOP + LANE_H + BAR_H - 4}">tools</text>',
     ]
+    for lane, label in sorted(labels.items()):
+        parts.append(f'<text x="4" y="{TOP + lane * LANE_H + BAR_H - 4}">{escape(label)}</text>')
     for tick in range(6):
         x = LEFT + tick * (WIDTH - LEFT - 20) / 5
         label = f"{span * tick / 5 * 1000:.0f} ms"
@@ -203,7 +252,9 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         y = TOP + lane * LANE_H
         marked = bar.status in MARKED or bar.synthetic
         classes = f"bar {bar.kind} {bar.placement}" + (" marked" if marked else "")
-        dash = ' stroke-dasharray="4 2"' if bar.synthetic else ""
+        if bar.lane_key == "wait":
+            classes = f"bar wait {bar.kind}"
+        dash = ' stroke-dasharray="4 2"' if bar.synthetic or bar.kind == "queue" else ""
         parts.append(
             f'<g class="{classes}" data-start-ms="{bar.start_s * 1000:.3f}" '
             f'data-end-ms="{bar.end_s * 1000:.3f}" data-call-id="{escape(bar.call_id or "")}">'
@@ -215,8 +266,9 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         )
     legend_y = height - 4
     parts.append(
-        f'<text x="{LEFT}" y="{legend_y}" fill="#555">blue: provider turn; green: remote '
-        "(tools queue); cyan: local pool; violet: inline; red/dashed: interrupted or "
-        "synthetic; hover a bar for its receipt</text></svg>"
+        f'<text x="{LEFT}" y="{legend_y}" fill="#555">waiting lane: grey dashed queued, '
+        "tan parked, pink new owner; blue: provider turn; green: remote (tools queue); "
+        "cyan: local pool; violet: inline; red/dashed: interrupted or synthetic; child "
+        "lanes by state; hover a bar for details</text></svg>"
     )
     return "".join(parts)
