@@ -13,6 +13,7 @@ pause|resume|trigger`` do).  Each one checks the CSRF token first
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -106,7 +107,9 @@ def action_router(fleet: Any, csrf: CsrfGuard) -> APIRouter:
     return router
 
 
-def _schedule_actions(router: APIRouter, fleet: Any, refused: Any) -> None:
+def _schedule_actions(
+    router: APIRouter, fleet: Any, refused: Callable[[Request], JSONResponse | None]
+) -> None:
     """``POST /console/actions/schedules/{ref}/pause|resume|trigger``."""
     from nahida_workers.schedules.sql import SqlScheduleStore
 

@@ -72,7 +72,9 @@ def read_dashboard(ledger: Any, probe: BrokerProbe, now: datetime) -> Dashboard:
         ).all()
     ended: dict[str, int] = {s.value: 0 for s in TerminalState}
     width = WINDOW / BUCKETS
-    buckets = [{"start": since + i * width, "ended": 0, "failed": 0} for i in range(BUCKETS)]
+    buckets: list[dict[str, Any]] = [
+        {"start": since + i * width, "ended": 0, "failed": 0} for i in range(BUCKETS)
+    ]
     for ended_at, state in rows:
         ended[state] = ended.get(state, 0) + 1
         at = utc(ended_at) or now
@@ -109,7 +111,7 @@ def due_schedules(engine: Engine, now: datetime, *, limit: int = DUE_SHOWN) -> l
     """The live, unpaused schedules that fire soonest: name, id, trigger, next fire."""
     from nahida_workers.schedules.sql import SqlScheduleStore
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for schedule in SqlScheduleStore(engine).live():
         upcoming = next_fire_of(schedule, now)
         if upcoming is None:

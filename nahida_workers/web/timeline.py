@@ -20,6 +20,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 
 __all__ = ["Bar", "bars_of", "origin_of", "overlapping_pairs", "timeline_svg"]
@@ -123,7 +124,7 @@ def _tool_bar(
     result_payload: Mapping[str, Any] = result.payload if result is not None else {}
     synthetic = bool(result_payload.get("synthetic"))
     status = str(result_payload.get("status") or (receipt.status.value if receipt else "open"))
-    if receipt is not None:
+    if receipt is not None and name != TASK_TOOL:
         start, end = receipt.started_at, receipt.finished_at
         ms = (end - start).total_seconds() * 1000
         detail = (
@@ -131,9 +132,15 @@ def _tool_bar(
             f"{receipt.evidence_kind.value}, evidence {json.dumps(receipt.evidence, default=str)}"
         )
     else:
+        # No receipt, or a Task call (its receipt is written when the child's
+        # outcome is adopted): drawn from the call's commit to its result's.
         start = call.created_at or origin
         end = result.created_at if result is not None and result.created_at else start
-        detail = f"{name} {call.call_id}: no receipt; result {status}"
+        detail = f"{name} {call.call_id}: " + (
+            f"waited on its child session; result {status}"
+            if receipt is not None
+            else f"no receipt; result {status}"
+        )
     if synthetic:
         detail += f" (synthetic result: {status}, outcome unknown)"
     return Bar(
@@ -143,7 +150,7 @@ def _tool_bar(
         end_s=_seconds(end, origin),
         status=status,
         placement=placement.get(name, "inline"),
-        synthetic=synthetic or receipt is None,
+        synthetic=synthetic or (receipt is None and name != TASK_TOOL),
         detail=detail[:600],
         call_id=call.call_id,
     )

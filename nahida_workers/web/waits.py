@@ -68,10 +68,12 @@ def wait_bars(events: Sequence[Event], started_at: datetime, origin: datetime) -
     for index, event in enumerate(stamped):
         later = stamped[index + 1] if index + 1 < len(stamped) else None
         if event.type.value == "control" and event.payload.get("kind") == "parked":
+            # A park hands the session on by design: its gap is the wait, not a retry.
             start = _s(event.created_at, origin)
             end = _s(later.created_at, origin) if later else start
             bars.append(_wait("parked", "parked", start, end, _parked_detail(event, end - start)))
-        if later is not None and event.epoch >= 1 and later.epoch > event.epoch:
+        parked = event.type.value == "control" and event.payload.get("kind") == "parked"
+        if later is not None and not parked and event.epoch >= 1 and later.epoch > event.epoch:
             start, end = _s(event.created_at, origin), _s(later.created_at, origin)
             bars.append(
                 _wait(
