@@ -80,10 +80,15 @@ provider:
         tool_calls:
           - id: helper_a
             name: Task
-            arguments: {description: First helper, prompt: "Wait, then say it's done.", agent: waiter, mode: foreground, isolation: shared}
+            arguments: &helper
+              description: First helper
+              prompt: "Wait, then say it's done."
+              agent: waiter
+              mode: foreground
+              isolation: shared
           - id: helper_b
             name: Task
-            arguments: {description: Second helper, prompt: "Wait, then say it's done.", agent: waiter, mode: foreground, isolation: shared}
+            arguments: {<<: *helper, description: Second helper}
       - text: Both helpers finished; their answers are the Task results above.
 agents:
   waiter:
@@ -274,7 +279,7 @@ def _full_page(driver: Any) -> None:
 
     WebDriverWait(driver, 5).until(
         lambda d: d.execute_script(
-            "const s = document.getElementById('live-status'); return !s || s.textContent === 'live'"
+            "const s = document.getElementById('live-status');return !s || s.textContent === 'live'"
         )
     )
     height = driver.execute_script("return document.documentElement.scrollHeight")
