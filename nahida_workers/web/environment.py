@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 __all__ = ["HERE", "SYMBOLS", "console_environment"]
 
@@ -46,11 +47,17 @@ SYMBOLS = {
 }
 
 
-def when(value: datetime | None) -> str:
-    """``2026-12-01 18:43:58`` (UTC), or ``-``."""
+def stamp(value: datetime | None) -> str:
+    """``2026-12-01 18:43:58`` (UTC), or ``-``: plain text, for attributes."""
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def when(value: datetime | None) -> Markup | str:
+    """``<time datetime="...">2026-12-01 18:43:58</time>`` (UTC), or ``-``."""
     if value is None:
         return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    at = value.astimezone(UTC)
+    return Markup('<time datetime="{}">{}</time>').format(at.isoformat(), stamp(at))
 
 
 def seconds(value: float | None) -> str:
@@ -82,6 +89,7 @@ def console_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["when"] = when
+    env.filters["stamp"] = stamp
     env.filters["seconds"] = seconds
     env.globals["query"] = query
     env.globals["SYMBOLS"] = SYMBOLS

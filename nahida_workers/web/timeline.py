@@ -238,7 +238,7 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
     lanes, labels = _lanes(bars)
     span = max([b.end_s for b in bars] + [0.001])
     scale = (WIDTH - LEFT - 20) / span
-    height = TOP + (max([*lanes, *labels]) + 1) * LANE_H + 40
+    height = TOP + (max([*lanes, *labels]) + 1) * LANE_H + 54
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" '
@@ -250,8 +250,8 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         x = LEFT + tick * (WIDTH - LEFT - 20) / 5
         label = f"{span * tick / 5 * 1000:.0f} ms"
         parts.append(
-            f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{height - 30}" stroke="#ddd"/>'
-            f'<text x="{x:.1f}" y="{height - 16}" text-anchor="middle">{label}</text>'
+            f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{height - 44}" stroke="#ddd"/>'
+            f'<text x="{x:.1f}" y="{height - 32}" text-anchor="middle">{label}</text>'
         )
     for bar, lane in zip(bars, lanes, strict=True):
         x = LEFT + bar.start_s * scale
@@ -273,9 +273,10 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         )
     legend_y = height - 4
     parts.append(
-        f'<text x="{LEFT}" y="{legend_y}" fill="#555">waiting lane: grey dashed queued, '
-        "tan parked, pink new owner; blue: provider turn; green: remote (tools queue); "
-        "cyan: local pool; violet: inline; red/dashed: interrupted or synthetic; child "
-        "lanes by state; hover a bar for details</text></svg>"
+        f'<text x="{LEFT}" y="{legend_y - 14}" fill="#555">waiting lane: grey dashed queued, '
+        "tan parked, pink a new owner (retry); blue: provider turn; child lanes by their "
+        "state; hover a bar for details</text>"
+        f'<text x="{LEFT}" y="{legend_y}" fill="#555">tools: green remote (tools queue), '
+        "cyan local pool, violet inline; red/dashed: interrupted or synthetic</text></svg>"
     )
     return "".join(parts)

@@ -22,9 +22,10 @@
       const update = JSON.parse(event.data);
       const target = document.querySelector('[data-region="' + update.region + '"]');
       if (!target) return;
-      const open = Array.from(target.querySelectorAll("details[open]")).map(function (d) { return d.parentElement && d.parentElement.id; });
+      // Folded blocks a reader opened stay open (by position: new content is appended).
+      const open = Array.from(target.querySelectorAll("details")).map(function (d) { return d.open; });
       target.innerHTML = update.html;
-      open.forEach(function (id) { const el = id && document.getElementById(id); if (el) { const d = el.querySelector("details"); if (d) d.open = true; } });
+      target.querySelectorAll("details").forEach(function (d, i) { if (open[i]) d.open = true; });
       target.dataset.updated = String(Date.now());
     });
   }
