@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.engine import Engine
 
 from nahida_workers.core.events import SessionStatus, TerminalState
+from nahida_workers.core.teams import TaskStatus
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.sql_base import ReadScope, utc
 
@@ -246,7 +247,9 @@ def team_page(engine: Engine, *, page: int = 1) -> Page:
     tasks = select(func.count()).where(k.team_id == tm.team_id).scalar_subquery()
     open_tasks = (
         select(func.count())
-        .where(k.team_id == tm.team_id, k.status.not_in(["completed", "cancelled", "failed"]))
+        .where(
+            k.team_id == tm.team_id, k.status.in_([TaskStatus.OPEN.value, TaskStatus.CLAIMED.value])
+        )
         .scalar_subquery()
     )
     query = select(
