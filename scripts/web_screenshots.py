@@ -8,7 +8,8 @@ Builds a demo ledger in a scratch directory: a local batch of two fan-out
 sessions (four 300 ms Sleep calls in parallel, then an answer), a child
 session recorded under the first (queued, as a subagent's would be before it
 runs), a parent that parked on two subagents (its timeline shows the parked
-span and the children's lanes) and a schedule.  Then it starts ``nahida
+span and the children's lanes), a team (``config/jobs/team-refactor.yaml``
+over a scratch git repository) and a schedule.  Then it starts ``nahida
 serve`` on it and saves one PNG per page of :func:`pages` (``docs/console.md``
 shows them) with Debian's ``chromium`` and ``chromium-driver`` through
 selenium.  The browser tests (``tests/browser``) use the same pieces.
@@ -66,6 +67,8 @@ provider:
           - {id: s4, name: SleepLocal, arguments: {ms: 300}}
       - text: All four waits finished.
 """
+#: A lead and three members over a shared task graph (the team page's demo).
+TEAM_JOB = ROOT / "config" / "jobs" / "team-refactor.yaml"
 #: A parent that parks on two subagents (each sleeps 400 ms): its timeline shows
 #: the parked span and the children as lanes under their Task calls.
 DELEGATE_JOB = """name: delegate demo
@@ -118,6 +121,7 @@ class Demo:
     parent_session_id: str = ""
     parent_run_id: str = ""
     schedule: str = ""
+    team_id: str = ""
 
 
 def _env(db: Path) -> dict[str, str]:
@@ -151,9 +155,21 @@ def _batch(workdir: Path, db: Path, name: str, text: str, repos: list[Path]) -> 
     return dict(json.loads(report.read_text()))
 
 
+def _git_repo(path: Path) -> Path:
+    """A git repository with one commit (team members work in git worktrees)."""
+    (path / "src").mkdir(parents=True)
+    (path / "README.md").write_text("# gamma\n")
+    (path / "src" / "app.py").write_text("VALUE = 1\n")
+    git = ["git", "-c", "user.email=demo@example.invalid", "-c", "user.name=demo"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "-C", str(path), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(path), "commit", "-qm", "init"], check=True)
+    return path
+
+
 def demo_ledger(workdir: Path) -> Demo:
     """A SQLite ledger: a fan-out batch of two sessions, a recorded (queued) child
-    session under the first, a parent that parked on two subagents, and a schedule."""
+    session under the first, a parent that parked on two subagents, a team, a schedule."""
     repos = []
     for name in ("alpha", "beta"):
         repo = workdir / name
@@ -165,6 +181,7 @@ def demo_ledger(workdir: Path) -> Demo:
     first = data["sessions"][0]
     child_id = _child_session(db, first["session_id"], str(repos[0]))
     parent = _batch(workdir, db, "delegate", DELEGATE_JOB, repos[:1])["sessions"][0]
+    team = _batch(workdir, db, "team", TEAM_JOB.read_text(), [_git_repo(workdir / "gamma")])
     schedule = "nightly-survey"
     subprocess.run(
         [_nahida(), "schedule", "add", schedule, "--job", str(workdir / "fanout.yaml"),
@@ -180,6 +197,7 @@ def demo_ledger(workdir: Path) -> Demo:
         parent_session_id=parent["session_id"],
         parent_run_id=parent["run_id"],
         schedule=schedule,
+        team_id=team["sessions"][0]["session_id"],  # a team is named by its lead
     )
 
 
@@ -270,6 +288,7 @@ def pages(demo: Demo) -> dict[str, str]:
         "schedules": "/schedules",
         "schedule": f"/schedules/{demo.schedule}",
         "teams": "/teams",
+        "team": f"/teams/{demo.team_id}",
     }
 
 

@@ -133,7 +133,19 @@ def test_lists_filter_and_page(site: tuple[Any, str, Any]) -> None:
     driver.get(url + "/schedules")
     assert demo.schedule in driver.find_element(By.ID, "schedules").text
     driver.get(url + "/teams")
-    assert "no teams yet" in driver.find_element(By.ID, "teams").text
+    teams = driver.find_element(By.ID, "teams").text
+    assert demo.team_id[:12] in teams
+
+
+def test_team_page_shows_members_and_tasks(site: tuple[Any, str, Any]) -> None:
+    from selenium.webdriver.common.by import By
+
+    demo, url, driver = site
+    driver.get(f"{url}/teams/{demo.team_id}")
+    members = driver.find_elements(By.CSS_SELECTOR, "#members tbody tr")
+    assert len(members) == 4 and all("completed" in m.text for m in members)  # lead + 3
+    tasks = driver.find_elements(By.CSS_SELECTOR, "#tasks tbody tr")
+    assert len(tasks) == 6 and all("done" in t.text for t in tasks)
 
 
 def test_session_page_shows_runs_tree_and_inbox(site: tuple[Any, str, Any]) -> None:
