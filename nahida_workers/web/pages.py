@@ -30,7 +30,13 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.web.actions import action_router
 from nahida_workers.web.csrf import CsrfGuard
 from nahida_workers.web.environment import HERE, console_environment
-from nahida_workers.web.live import LIVE_PREFIX, live_router
+from nahida_workers.web.live import (
+    LIVE_PREFIX,
+    VERSION_PARAM,
+    live_router,
+    regions_digest,
+    render_regions,
+)
 from nahida_workers.web.login import login_router
 from nahida_workers.web.probe import BrokerProbe
 from nahida_workers.web.views import Console, checked
@@ -133,10 +139,13 @@ def _add_page(
     spec = console.views[view]
 
     def page(request: Request, key: str = "") -> HTMLResponse:
-        params = dict(request.query_params)
+        params = {k: v for k, v in request.query_params.items() if k != VERSION_PARAM}
         if keyed:
             key = checked(key)
         context = {**common(view, key, params), **spec.build(key, params)}
+        # The stream sends at once what changed between this render and its start.
+        shown = render_regions(env, spec.template, spec.regions, context)
+        context["live"] += "&" + urlencode({VERSION_PARAM: regions_digest(shown)})
         html = env.get_template(spec.template).render(**context)
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 
