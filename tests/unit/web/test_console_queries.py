@@ -1,8 +1,10 @@
-"""The console's paged, filtered reads on a real (SQLite) ledger the runtime wrote."""
+"""The console's paged, filtered reads on real ledgers (SQLite, PostgreSQL) the runtime wrote."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing import scripted_spec
@@ -12,14 +14,22 @@ from tests.unit.runtime.test_children import World
 from tests.unit.runtime.test_teams import lead_turns, member, submit
 
 
-def test_team_lists_and_detail(sqlite_ledger: SqlLedger, tmp_path: Path) -> None:
-    w = World(memory_runner(ledger=sqlite_ledger))
+@pytest.fixture(params=["sqlite", "postgres"])
+def sql_ledger(request: pytest.FixtureRequest) -> SqlLedger:
+    """The same reads on both SQL dialects the ledger runs on."""
+    name = "sqlite_ledger" if request.param == "sqlite" else "postgres_ledger"
+    ledger: SqlLedger = request.getfixturevalue(name)
+    return ledger
+
+
+def test_team_lists_and_detail(sql_ledger: SqlLedger, tmp_path: Path) -> None:
+    w = World(memory_runner(ledger=sql_ledger))
     lead = submit(w, lead_turns(member("m1", "worker"), member("m2", "worker")), tmp_path)
     w.pump(limit=200)
-    page = q.team_page(sqlite_ledger.reader)
+    page = q.team_page(sql_ledger.reader)
     assert page.total == 1 and page.rows[0]["team_id"] == lead
     assert (page.rows[0]["members"], page.rows[0]["tasks"], page.rows[0]["open_tasks"]) == (3, 4, 0)
-    detail = q.team_detail(sqlite_ledger.reader, lead)
+    detail = q.team_detail(sql_ledger.reader, lead)
     assert detail is not None
     assert [(m["name"], m["state"]) for m in detail["members"]] == [
         ("lead", "completed"),
@@ -27,26 +37,26 @@ def test_team_lists_and_detail(sqlite_ledger: SqlLedger, tmp_path: Path) -> None
         ("worker-2", "completed"),
     ]
     assert [t["depends_on"] for t in detail["tasks"]] == [[], ["t1"], ["t1"], ["t2", "t3"]]
-    assert q.team_detail(sqlite_ledger.reader, "nope") is None
+    assert q.team_detail(sql_ledger.reader, "nope") is None
     # the lead's tree: its two members, by the Task calls that started them
-    tree = q.session_tree(sqlite_ledger.reader, lead)
+    tree = q.session_tree(sql_ledger.reader, lead)
     assert tree is not None and sorted(c.call_id or "" for c in tree.children) == ["m1", "m2"]
     assert all(c.state == "completed" for c in tree.children)
-    kids = q.children_by_call(sqlite_ledger.reader, lead)
+    kids = q.children_by_call(sql_ledger.reader, lead)
     assert sorted(kids) == ["m1", "m2"] and all(len(v[0]["runs"]) >= 1 for v in kids.values())
-    members = q.session_page(sqlite_ledger.reader, q.SessionFilter(parent=lead))
+    members = q.session_page(sql_ledger.reader, q.SessionFilter(parent=lead))
     assert members.total == 2
 
 
-def test_sessions_page_and_filter_in_sql(sqlite_ledger: SqlLedger) -> None:
-    w = World(memory_runner(ledger=sqlite_ledger))
+def test_sessions_page_and_filter_in_sql(sql_ledger: SqlLedger) -> None:
+    w = World(memory_runner(ledger=sql_ledger))
     batch = w.dispatcher.create_batch("survey", {})
     spec = scripted_spec([{"text": "done"}])
     for i in range(q.PAGE_SIZE + 5):
         w.dispatcher.submit(spec, workspace=f"/tmp/ws{i}", batch_id=batch.batch_id)
     loose = w.submit(spec)
     w.pump(limit=3)  # three sessions complete; the rest stay queued
-    engine = sqlite_ledger.reader
+    engine = sql_ledger.reader
     first = q.session_page(engine, q.SessionFilter())
     assert (first.total, first.pages, len(first.rows)) == (q.PAGE_SIZE + 6, 2, q.PAGE_SIZE)
     second = q.session_page(engine, q.SessionFilter(), page=99)  # clamped to the last page

@@ -58,3 +58,11 @@ def test_stream_sends_what_changed_since_the_page(client: TestClient) -> None:
 def test_unknown_view_and_bad_key_are_404(client: TestClient) -> None:
     assert client.get("/console/live/nope").status_code == 404
     assert client.get("/console/live/session?key=missing").status_code == 404
+
+
+def test_console_streams_count_as_streams() -> None:
+    from nahida_workers.api.app import _is_stream
+
+    assert _is_stream("/console/live/dashboard")  # bounded by NAHIDA_API_MAX_FOLLOWERS
+    assert _is_stream("/v1/sessions/s/events")
+    assert not _is_stream("/sessions/s")
