@@ -13,15 +13,13 @@ They run on the ledger's read engine (``SqlLedger.reader``), which is what
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.engine import Engine
 
 from nahida_workers.core.events import SessionStatus, TerminalState
-from nahida_workers.core.teams import TaskStatus
 from nahida_workers.ledger import schema as t
 from nahida_workers.ledger.sql_base import ReadScope, utc
 
@@ -31,23 +29,18 @@ __all__ = [
     "BatchFilter",
     "Page",
     "SessionFilter",
-    "TreeNode",
     "batch_page",
-    "children_by_call",
+    "count_rows",
     "distinct_jobs",
-    "fire_page",
+    "latest_state",
+    "page_number",
     "session_page",
     "session_state",
-    "session_tree",
     "state_counts",
-    "team_detail",
-    "team_page",
 ]
 
 #: Rows per page of every console list.
 PAGE_SIZE = 25
-#: Most sessions a session page draws in its tree.
-TREE_LIMIT = 500
 #: Every state a session list filters by: the statuses, then the terminal states.
 STATES = (
     *(s.value for s in SessionStatus if s is not SessionStatus.DONE),
@@ -97,7 +90,7 @@ class BatchFilter:
         return {k: v for k, v in self.__dict__.items() if v}
 
 
-def _latest_state() -> Any:
+def latest_state() -> Any:
     """The terminal state of a session's latest run (a correlated scalar subquery)."""
     r = t.agent_runs.c
     return (
@@ -134,12 +127,14 @@ def _session_conditions(flt: SessionFilter, latest: Any) -> list[ColumnElement[b
     return where
 
 
-def _count(engine: Engine, query: Select[Any]) -> int:
+def count_rows(engine: Engine, query: Select[Any]) -> int:
+    """How many rows ``query`` matches (one ``COUNT(*)`` over it)."""
     with ReadScope(engine) as conn:
         return int(conn.execute(select(func.count()).select_from(query.subquery())).scalar_one())
 
 
-def _page_number(page: int, total: int) -> int:
+def page_number(page: int, total: int) -> int:
+    """``page`` clamped to 1 .. the last page of ``total`` rows."""
     return min(max(1, page), max(1, -(-total // PAGE_SIZE)))
 
 
@@ -153,7 +148,7 @@ def session_state(status: str, latest: str | None) -> str:
 def session_page(engine: Engine, flt: SessionFilter, *, page: int = 1) -> Page:
     """Sessions matching ``flt``, newest first, page ``page`` (1-based, clamped)."""
     s, b = t.sessions.c, t.batches.c
-    latest = _latest_state().label("latest")
+    latest = latest_state().label("latest")
     query = (
         select(
             s.session_id,
@@ -167,10 +162,10 @@ def session_page(engine: Engine, flt: SessionFilter, *, page: int = 1) -> Page:
             latest,
         )
         .select_from(t.sessions.outerjoin(t.batches, b.batch_id == s.batch_id))
-        .where(*_session_conditions(flt, _latest_state()))
+        .where(*_session_conditions(flt, latest_state()))
     )
-    total = _count(engine, query)
-    number = _page_number(page, total)
+    total = count_rows(engine, query)
+    number = page_number(page, total)
     ordered = query.order_by(s.created_at.desc(), s.session_id.desc())
     with ReadScope(engine) as conn:
         rows = conn.execute(ordered.limit(PAGE_SIZE).offset((number - 1) * PAGE_SIZE)).all()
@@ -218,8 +213,8 @@ def batch_page(engine: Engine, flt: BatchFilter, *, page: int = 1) -> Page:
         query = query.where(b.job_name == flt.job)
     if flt.schedule:
         query = query.where(b.batch_id.in_(_fired_batches(flt.schedule)))
-    total = _count(engine, query)
-    number = _page_number(page, total)
+    total = count_rows(engine, query)
+    number = page_number(page, total)
     ordered = query.order_by(b.created_at.desc(), b.batch_id.desc())
     with ReadScope(engine) as conn:
         rows = conn.execute(ordered.limit(PAGE_SIZE).offset((number - 1) * PAGE_SIZE)).all()
@@ -240,136 +235,6 @@ def batch_page(engine: Engine, flt: BatchFilter, *, page: int = 1) -> Page:
     )
 
 
-def team_page(engine: Engine, *, page: int = 1) -> Page:
-    """Teams, newest first: lead, members, tasks by status."""
-    tm, m, k = t.teams.c, t.team_members.c, t.team_tasks.c
-    members = select(func.count()).where(m.team_id == tm.team_id).scalar_subquery()
-    tasks = select(func.count()).where(k.team_id == tm.team_id).scalar_subquery()
-    open_tasks = (
-        select(func.count())
-        .where(
-            k.team_id == tm.team_id, k.status.in_([TaskStatus.OPEN.value, TaskStatus.CLAIMED.value])
-        )
-        .scalar_subquery()
-    )
-    query = select(
-        tm.team_id,
-        tm.lead_id,
-        tm.created_at,
-        tm.updated_at,
-        members.label("members"),
-        tasks.label("tasks"),
-        open_tasks.label("open_tasks"),
-    )
-    total = _count(engine, query)
-    number = _page_number(page, total)
-    ordered = query.order_by(tm.created_at.desc(), tm.team_id.desc())
-    with ReadScope(engine) as conn:
-        rows = conn.execute(ordered.limit(PAGE_SIZE).offset((number - 1) * PAGE_SIZE)).all()
-    return Page(
-        [
-            {
-                "team_id": r.team_id,
-                "lead_id": r.lead_id,
-                "created_at": utc(r.created_at),
-                "updated_at": utc(r.updated_at),
-                "members": int(r.members),
-                "tasks": int(r.tasks),
-                "open_tasks": int(r.open_tasks),
-            }
-            for r in rows
-        ],
-        number,
-        total,
-    )
-
-
-@dataclass
-class TreeNode:
-    """A session in its tree: its state and its children, oldest first."""
-
-    session_id: str
-    state: str
-    workspace: str
-    call_id: str | None
-    children: list[TreeNode] = field(default_factory=list)
-
-
-def session_tree(engine: Engine, session_id: str) -> TreeNode | None:
-    """The subtree under ``session_id`` (at most :data:`TREE_LIMIT` sessions), or None.
-
-    Reads the session's whole tree by ``root_id`` in one query (every row
-    carries its root, DESIGN.md section 2) and keeps the part under it.
-    """
-    s = t.sessions.c
-    with ReadScope(engine) as conn:
-        root = conn.execute(select(s.root_id).where(s.session_id == session_id)).first()
-        if root is None:
-            return None
-        root_id = root.root_id or session_id
-        rows = conn.execute(
-            select(
-                s.session_id, s.parent_id, s.status, s.workspace, s.lineage_json, _latest_state()
-            )
-            .where((s.root_id == root_id) | (s.session_id == root_id))
-            .order_by(s.created_at, s.session_id)
-            .limit(TREE_LIMIT)
-        ).all()
-    nodes = {
-        r[0]: TreeNode(
-            r[0], session_state(r[2], r[5]), r[3], (r[4] or {}).get("call_id") if r[4] else None
-        )
-        for r in rows
-    }
-    for r in rows:
-        if r[1] in nodes and r[0] != session_id:
-            nodes[r[1]].children.append(nodes[r[0]])
-    return nodes.get(session_id)
-
-
-def children_by_call(engine: Engine, session_id: str) -> dict[str, list[dict[str, Any]]]:
-    """The direct children of ``session_id`` by the Task call that started them.
-
-    Each child: ``session_id``, ``state``, ``created_at``, and its runs'
-    ``(started_at, ended_at, terminal_state)`` spans (for the timeline's lanes).
-    """
-    s, r = t.sessions.c, t.agent_runs.c
-    with ReadScope(engine) as conn:
-        kids = conn.execute(
-            select(s.session_id, s.status, s.created_at, s.lineage_json, _latest_state())
-            .where(s.parent_id == session_id)
-            .order_by(s.created_at, s.session_id)
-            .limit(TREE_LIMIT)
-        ).all()
-        ids = [k.session_id for k in kids]
-        runs = (
-            conn.execute(
-                select(r.session_id, r.started_at, r.ended_at, r.terminal_state)
-                .where(r.session_id.in_(ids))
-                .order_by(r.started_at)
-            ).all()
-            if ids
-            else []
-        )
-    spans: dict[str, list[tuple[datetime, datetime | None, str | None]]] = {}
-    for run in runs:
-        spans.setdefault(run.session_id, []).append(
-            (utc(run.started_at) or run.started_at, utc(run.ended_at), run.terminal_state)
-        )
-    out: dict[str, list[dict[str, Any]]] = {}
-    for kid in kids:
-        call = (kid.lineage_json or {}).get("call_id") or ""
-        out.setdefault(str(call), []).append(
-            {
-                "session_id": kid.session_id,
-                "state": session_state(kid.status, kid[4]),
-                "created_at": utc(kid.created_at),
-                "runs": spans.get(kid.session_id, []),
-            }
-        )
-    return out
-
-
 def distinct_jobs(engine: Engine) -> Sequence[str]:
     """Every job name a batch was run with (the job filter's choices), sorted."""
     b = t.batches.c
@@ -380,10 +245,10 @@ def distinct_jobs(engine: Engine) -> Sequence[str]:
 def state_counts(engine: Engine, flt: SessionFilter) -> dict[str, int]:
     """How many sessions matching ``flt`` are in each shown state (a batch's summary)."""
     s = t.sessions.c
-    latest = _latest_state()
+    latest = latest_state()
     query = (
         select(s.status, latest.label("latest"), func.count())
-        .where(*_session_conditions(flt, _latest_state()))
+        .where(*_session_conditions(flt, latest_state()))
         .group_by(s.status, latest)
     )
     counts: dict[str, int] = {}
@@ -392,78 +257,3 @@ def state_counts(engine: Engine, flt: SessionFilter) -> dict[str, int]:
             state = session_state(status, last)
             counts[state] = counts.get(state, 0) + int(n)
     return counts
-
-
-def fire_page(engine: Engine, schedule_id: str, *, page: int = 1) -> Page:
-    """A schedule's fires, newest first: each decision, its batch and who decided it."""
-    f = t.schedule_fires.c
-    query = select(t.schedule_fires).where(f.schedule_id == schedule_id)
-    total = _count(engine, query)
-    number = _page_number(page, total)
-    ordered = query.order_by(f.fire_time.desc())
-    with ReadScope(engine) as conn:
-        rows = conn.execute(ordered.limit(PAGE_SIZE).offset((number - 1) * PAGE_SIZE)).all()
-    return Page(
-        [
-            {
-                "fire_time": utc(r.fire_time),
-                "kind": r.kind,
-                "outcome": r.outcome,
-                "batch_id": r.batch_id,
-                "decided_by": r.decided_by,
-                "attempts": r.attempts,
-                "late_s": (r.detail_json or {}).get("late_s"),
-            }
-            for r in rows
-        ],
-        number,
-        total,
-    )
-
-
-def team_detail(engine: Engine, team_id: str) -> dict[str, Any] | None:
-    """A team's row, its members (with their sessions' states) and its tasks; None if unknown."""
-    tm, m, k, s = t.teams.c, t.team_members.c, t.team_tasks.c, t.sessions.c
-    with ReadScope(engine) as conn:
-        team = conn.execute(select(t.teams).where(tm.team_id == team_id)).first()
-        if team is None:
-            return None
-        members = conn.execute(
-            select(
-                m.member_id, m.role, m.name, m.display_name, m.waiting_on, s.status, _latest_state()
-            )
-            .select_from(t.team_members.outerjoin(t.sessions, s.session_id == m.member_id))
-            .where(m.team_id == team_id)
-            .order_by(m.created_at)
-        ).all()
-        tasks = conn.execute(
-            select(k.task_id, k.title, k.status, k.owner, k.depends_on_json)
-            .where(k.team_id == team_id)
-            .order_by(k.task_id)
-        ).all()
-    return {
-        "team_id": team.team_id,
-        "lead_id": team.lead_id,
-        "created_at": utc(team.created_at),
-        "members": [
-            {
-                "member_id": r[0],
-                "role": r[1],
-                "name": r[2],
-                "display_name": r[3],
-                "waiting_on": r[4],
-                "state": session_state(r[5], r[6]) if r[5] else "unknown",
-            }
-            for r in members
-        ],
-        "tasks": [
-            {
-                "task_id": r.task_id,
-                "title": r.title,
-                "status": r.status,
-                "owner": r.owner,
-                "depends_on": list(r.depends_on_json or []),
-            }
-            for r in tasks
-        ],
-    }

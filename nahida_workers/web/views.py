@@ -20,6 +20,7 @@ from nahida_workers.cli.ids import resolve
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.web import queries as q
+from nahida_workers.web import trees
 from nahida_workers.web.conversation import conversation
 from nahida_workers.web.dashboard import next_fire_of, read_dashboard
 from nahida_workers.web.probe import BrokerProbe
@@ -178,17 +179,17 @@ class Console:
         return {
             "s": schedule,
             "next_fire": next_fire_of(schedule, now),
-            "page": q.fire_page(self.engine, schedule.schedule_id, page=_page_number(params)),
+            "page": trees.fire_page(self.engine, schedule.schedule_id, page=_page_number(params)),
             "filters": q.BatchFilter(),
         }
 
     def teams(self, _key: str, params: Mapping[str, str]) -> dict[str, Any]:
         """A page of teams."""
-        return {"page": q.team_page(self.engine, page=_page_number(params)), "filters": None}
+        return {"page": trees.team_page(self.engine, page=_page_number(params)), "filters": None}
 
     def team(self, key: str, _params: Mapping[str, str]) -> dict[str, Any]:
         """A team's members and tasks."""
-        detail = q.team_detail(self.engine, checked(key))
+        detail = trees.team_detail(self.engine, checked(key))
         if detail is None:
             raise HTTPException(404, f"no team {key}")
         return {"team": detail}
@@ -210,7 +211,7 @@ class Console:
             "session": session,
             "state": state,
             "runs": runs,
-            "tree": q.session_tree(self.engine, full),
+            "tree": trees.session_tree(self.engine, full),
             "inbox": self.ledger.inbox(full),
             "link": child_ledger(self.ledger).link(full),
             "can_cancel": session.status is not SessionStatus.DONE,
@@ -252,7 +253,7 @@ class Console:
             for e in events
             if e.type is EventType.TOOL_CALL and e.call_id and e.payload.get("name") == "Task"
         ]
-        kids = q.children_by_call(self.engine, run.session_id) if calls else {}
+        kids = trees.children_by_call(self.engine, run.session_id) if calls else {}
         bars = [
             *wait_bars(events, run.started_at, origin),
             *work,

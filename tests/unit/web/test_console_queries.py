@@ -10,6 +10,7 @@ from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.doubles import memory_runner
 from nahida_workers.web import queries as q
+from nahida_workers.web import trees
 from tests.unit.runtime.test_children import World
 from tests.unit.runtime.test_teams import lead_turns, member, submit
 
@@ -26,10 +27,10 @@ def test_team_lists_and_detail(sql_ledger: SqlLedger, tmp_path: Path) -> None:
     w = World(memory_runner(ledger=sql_ledger))
     lead = submit(w, lead_turns(member("m1", "worker"), member("m2", "worker")), tmp_path)
     w.pump(limit=200)
-    page = q.team_page(sql_ledger.reader)
+    page = trees.team_page(sql_ledger.reader)
     assert page.total == 1 and page.rows[0]["team_id"] == lead
     assert (page.rows[0]["members"], page.rows[0]["tasks"], page.rows[0]["open_tasks"]) == (3, 4, 0)
-    detail = q.team_detail(sql_ledger.reader, lead)
+    detail = trees.team_detail(sql_ledger.reader, lead)
     assert detail is not None
     assert [(m["name"], m["state"]) for m in detail["members"]] == [
         ("lead", "completed"),
@@ -37,12 +38,12 @@ def test_team_lists_and_detail(sql_ledger: SqlLedger, tmp_path: Path) -> None:
         ("worker-2", "completed"),
     ]
     assert [t["depends_on"] for t in detail["tasks"]] == [[], ["t1"], ["t1"], ["t2", "t3"]]
-    assert q.team_detail(sql_ledger.reader, "nope") is None
+    assert trees.team_detail(sql_ledger.reader, "nope") is None
     # the lead's tree: its two members, by the Task calls that started them
-    tree = q.session_tree(sql_ledger.reader, lead)
+    tree = trees.session_tree(sql_ledger.reader, lead)
     assert tree is not None and sorted(c.call_id or "" for c in tree.children) == ["m1", "m2"]
     assert all(c.state == "completed" for c in tree.children)
-    kids = q.children_by_call(sql_ledger.reader, lead)
+    kids = trees.children_by_call(sql_ledger.reader, lead)
     assert sorted(kids) == ["m1", "m2"] and all(len(v[0]["runs"]) >= 1 for v in kids.values())
     members = q.session_page(sql_ledger.reader, q.SessionFilter(parent=lead))
     assert members.total == 2
