@@ -44,10 +44,18 @@ from nahida_workers.web.views import Console, checked
 if TYPE_CHECKING:
     from nahida_workers.api.services import Services
 
-__all__ = ["STATIC", "placements_of", "web_router"]
+__all__ = ["CSP", "STATIC", "placements_of", "web_router"]
 
 #: The console's static files: name -> media type (served from ``web/static/``).
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
+
+#: Every console page's Content-Security-Policy: its own script, styles and stream
+#: only, and no framing (an action's button cannot be clicked through another site).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'self'"
+)
 
 #: Page path -> (view, whether the path ends in a key).
 ROUTES = {
@@ -147,6 +155,8 @@ def _add_page(
         shown = render_regions(env, spec.template, spec.regions, context)
         context["live"] += "&" + urlencode({VERSION_PARAM: regions_digest(shown)})
         html = env.get_template(spec.template).render(**context)
-        return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+        return HTMLResponse(
+            html, headers={"Cache-Control": "no-store", "Content-Security-Policy": CSP}
+        )
 
     router.add_api_route(path, page, methods=["GET"], response_class=HTMLResponse, name=view)

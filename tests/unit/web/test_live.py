@@ -66,3 +66,11 @@ def test_console_streams_count_as_streams() -> None:
     assert _is_stream("/console/live/dashboard")  # bounded by NAHIDA_API_MAX_FOLLOWERS
     assert _is_stream("/v1/sessions/s/events")
     assert not _is_stream("/sessions/s")
+
+
+def test_pages_forbid_framing_and_foreign_scripts(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    policy = page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+    assert page.headers["cache-control"] == "no-store"
