@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
-from nahida_workers.core.children import TASK_TOOL
+from nahida_workers.core.children import TASK_TOOL, TaskIsolation
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
@@ -144,6 +144,11 @@ class SessionSpec(_Spec):
             provider (:class:`VerificationSpec`).
         trust_workspace: read agent definitions from the workspace's
             ``.nahida/agents/`` at submit time (``runtime/agents/discover.py``).
+        isolation: ``worktree``: a top-level session runs in its own git
+            worktree of its workspace, on ``nahida/<session id>``, like an
+            ``isolation: worktree`` child (``runtime/children/worktree.py``);
+            ``shared`` (default): in the workspace itself.  A child's
+            isolation is its Task call's, never this field.
     """
 
     prompt: str
@@ -163,6 +168,7 @@ class SessionSpec(_Spec):
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
     trust_workspace: bool = False
+    isolation: TaskIsolation = TaskIsolation.SHARED
 
     @field_validator("agents", mode="before")
     @classmethod

@@ -40,7 +40,12 @@ from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
 from nahida_workers.runtime.children.report import child_report
 from nahida_workers.runtime.children.spawn import Spawner
-from nahida_workers.runtime.children.worktree import isolate, isolated
+from nahida_workers.runtime.children.worktree import (
+    isolate,
+    isolate_top_level,
+    isolated,
+    top_level_isolated,
+)
 from nahida_workers.runtime.commits.points import CommitPoints, Family
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
@@ -284,25 +289,38 @@ class SessionOwner:
     def _isolate(self, state: RunState, run: RunRecord) -> bool:
         """An ``isolation: worktree`` session runs in its own worktree (children/worktree.py).
 
-        Returns False when the run was sealed ``failed/worktree_unavailable``
-        (its parent then adopts an error instead of waiting; case B22).
+        A child asks for it in its Task call (lineage); a top-level session in
+        its job (``isolation: worktree``).  Both get the same launcher: the
+        repository lock, the recorded base, the result branch.  Returns False
+        when the run was sealed ``failed/worktree_unavailable`` (a parent then
+        adopts an error instead of waiting; case B22).
         """
+        if state.terminal is not None:
+            return True
         family = self.commits.family
         link = family.spawner.link() if family is not None else None
-        if family is None or link is None or not isolated(link) or state.terminal is not None:
+        if link is not None:
+            if not isolated(link):
+                return True
+        elif self.session.parent_id is not None or not top_level_isolated(self.session.config):
             return True
         manager = self.r.worktrees
         try:
             if manager is None:
                 raise WorktreeUnavailableError("this worker has no worktree manager")
-            worktree = isolate(manager, self.session.workspace, self.session.session_id, link)
+            if link is not None:
+                worktree = isolate(manager, self.session.workspace, self.session.session_id, link)
+            else:
+                worktree = isolate_top_level(
+                    manager, self.session.workspace, self.session.session_id
+                )
         except (WorktreeUnavailableError, WorkspaceUnavailableError) as exc:
             log.error("run %s: no worktree: %s", run.run_id, exc)
             self.commits.seal_failed(
                 state, run, ReasonCode.WORKTREE_UNAVAILABLE, FailureCode.WORKTREE_UNAVAILABLE
             )
             return False
-        family.worktree = worktree
+        self.commits.worktree = (manager, worktree)
         self.session = self.session.model_copy(update={"workspace": str(worktree.workspace)})
         return True
 
