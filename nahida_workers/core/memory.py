@@ -361,9 +361,12 @@ def paths_read(events: Iterable[Event], workspace: str | None = None) -> frozens
                 normal = normalize_path(path, workspace)
                 if normal is not None:
                     calls[event.call_id] = normal
-        elif event.type is EventType.TOOL_RESULT and event.payload.get("status") == "ok":
-            if event.call_id is not None:
-                done.add(event.call_id)
+        elif (
+            event.type is EventType.TOOL_RESULT
+            and event.payload.get("status") == "ok"
+            and event.call_id is not None
+        ):
+            done.add(event.call_id)
     return frozenset(path for call, path in calls.items() if call in done)
 
 
