@@ -152,8 +152,8 @@ class MemoryItem:
 
 
 def content_sha256(kind: MemoryKind, text: str) -> str:
-    """sha256 hex of ``kind`` and whitespace-normalised ``text``."""
-    body = f"{kind.value}\n{' '.join(text.split())}"
+    """sha256 hex of ``kind`` and ``text`` with whitespace and case normalised."""
+    body = f"{kind.value}\n{' '.join(text.split()).casefold()}"
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
