@@ -692,7 +692,7 @@ class TeamLedger(Protocol[TxIn]):
 
 
 class RecallLedger(Protocol[TxIn]):
-    """Workspace memory with provenance in the ledger (issue 23 item 5, ``core/memory.py``).
+    """Workspace memory with provenance in the ledger (``core/memory.py``, docs/memory.md).
 
     Adapters ``ledger/memory_recall.py`` and ``ledger/sql_recall.py``, composed
     over their ledger and writing in its transactions (``ledger/recall.py``).
@@ -769,7 +769,7 @@ class RecallLedger(Protocol[TxIn]):
         """The memory counters (of one workspace, or of all).
 
         ``written_active``, ``written_pending``, ``approved``, ``rejected``,
-        ``injected``, ``superseded`` (``ledger/recall.py`` ``COUNTERS``).
+        ``injected``, ``superseded`` (``ledger/recall_rules.py`` ``COUNTERS``).
         """
         ...
 

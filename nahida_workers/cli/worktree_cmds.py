@@ -1,4 +1,4 @@
-"""``nahida worktrees list|prune``: session worktree leftovers of repositories (issue 23 item 6).
+"""``nahida worktrees list|prune``: session worktree leftovers (docs/jobs/worktrees.md).
 
 A session in a worktree (a worktree child, or a top-level session of a job
 with ``isolation: worktree``) leaves its result branch ``nahida/<id>`` and

@@ -1,6 +1,6 @@
 """Workspace memory with provenance: what may be remembered, and what the model is shown.
 
-Issue 23 item 5 (seed 004 phase 6).  Pure: the runtime passes the clock, the
+docs/memory.md.  Pure: the runtime passes the clock, the
 session's user inputs and receipts as values; nothing here reads the ledger.
 
 Writing (:func:`classify`).  A proposal names its provenance:
@@ -50,12 +50,14 @@ __all__ = [
     "Selection",
     "classify",
     "content_sha256",
+    "context_for",
     "detect_subject",
     "mentions",
     "normalize_path",
     "paths_read",
     "render",
     "select_for_context",
+    "with_memory",
 ]
 
 #: Longest remembered text, in characters.
@@ -422,3 +424,28 @@ def render(items: Sequence[MemoryItem]) -> str:
         text = " ".join(item.text.split())
         lines.append(f"- [{item.provenance.label}, {item.kind.value}, verified {when}] {text}")
     return "\n".join(lines)
+
+
+def context_for(
+    items: Sequence[MemoryItem],
+    events: Iterable[Event],
+    *,
+    now: datetime,
+    workspace: str | None,
+    limit: int,
+) -> Selection | None:
+    """The memory of one provider request: None when the session has no memory.
+
+    ``events``: the session's committed events so far (earlier runs first),
+    from which the paths it read are taken (:func:`paths_read`).
+    """
+    if not items:
+        return None
+    return select_for_context(items, now=now, read=paths_read(events, workspace), limit=limit)
+
+
+def with_memory(system_prompt: str | None, selection: Selection | None) -> str | None:
+    """The system prompt with the memory block after it (the job's prompt stays first)."""
+    if selection is None or selection.text is None:
+        return system_prompt
+    return f"{system_prompt}\n\n{selection.text}" if system_prompt else selection.text

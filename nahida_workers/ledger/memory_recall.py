@@ -1,4 +1,4 @@
-"""The in-memory twin of the workspace-memory port (``ports.RecallLedger``, issue 23 item 5).
+"""The in-memory twin of the workspace-memory port (``ports.RecallLedger``).
 
 Composed over a :class:`~nahida_workers.ledger.memory.MemoryLedger`: writes
 run in its transactions (one global lock) and are journaled for rollback.
@@ -14,7 +14,7 @@ from datetime import datetime
 from nahida_workers.core.memory import MemoryItem, MemoryStatus
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger.memory import MemoryLedger, MemoryTx
-from nahida_workers.ledger.recall import COUNTERS, check_new_item, same_item, workspace_key
+from nahida_workers.ledger.recall_rules import COUNTERS, check_new_item, same_item, workspace_key
 
 __all__ = ["MemoryRecall"]
 
@@ -118,7 +118,7 @@ class MemoryRecall:
         return sorted(found, key=lambda i: (i.created_at, i.item_id))
 
     def counts(self, *, workspace: str | None = None) -> dict[str, int]:
-        """The memory counters (``ledger/recall.py`` ``COUNTERS``)."""
+        """The memory counters (``ledger/recall_rules.py`` ``COUNTERS``)."""
         with self.ledger.tables.lock:
             mine = [
                 i for i in self._items.values() if workspace is None or i.workspace == workspace

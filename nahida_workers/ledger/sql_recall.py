@@ -1,4 +1,4 @@
-"""The workspace-memory port on the SQL ledger (``ports.RecallLedger``, issue 23 item 5).
+"""The workspace-memory port on the SQL ledger (``ports.RecallLedger``).
 
 Composed over a :class:`~nahida_workers.ledger.sql.SqlLedger`; writes run in
 its transactions.  An item is inserted with ``ON CONFLICT DO NOTHING`` on
@@ -19,7 +19,7 @@ from sqlalchemy import and_, func, select, update
 from nahida_workers.core.memory import MemoryItem, MemoryKind, MemoryStatus, Provenance
 from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger import schema as t
-from nahida_workers.ledger.recall import COUNTERS, check_new_item, same_item, workspace_key
+from nahida_workers.ledger.recall_rules import COUNTERS, check_new_item, same_item, workspace_key
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.ledger.sql_base import ReadScope, SqlTx, conflict_insert, utc
 
@@ -158,7 +158,7 @@ class SqlRecall:
         return [_item(r) for r in rows if workspace is None or r.workspace == workspace]
 
     def counts(self, *, workspace: str | None = None) -> dict[str, int]:
-        """The memory counters (``ledger/recall.py`` ``COUNTERS``)."""
+        """The memory counters (``ledger/recall_rules.py`` ``COUNTERS``)."""
         where = _mi.workspace_key == workspace_key(workspace) if workspace is not None else None
         by_status = select(_mi.initial_status, _mi.status, func.count()).group_by(
             _mi.initial_status, _mi.status

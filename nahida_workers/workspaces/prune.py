@@ -1,4 +1,4 @@
-"""Leftovers of session worktrees, and removing them safely (``nahida worktrees``, issue 23).
+"""Leftovers of session worktrees, and removing them safely (``nahida worktrees``).
 
 A session in a worktree leaves, by design, its result branch
 ``nahida/<session id>`` and its base ref ``refs/nahida/base/<session id>``

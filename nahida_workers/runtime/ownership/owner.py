@@ -47,6 +47,7 @@ from nahida_workers.runtime.children.worktree import (
     top_level_isolated,
 )
 from nahida_workers.runtime.commits.points import CommitPoints, Family
+from nahida_workers.runtime.memory import SessionMemory
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
@@ -54,6 +55,7 @@ from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.runtime.teams.wiring import TEAM_TOOL_NAMES, team_wiring
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.remember import Remember
 from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ class SessionOwner:
     ) -> None:
         self.r = runner
         self.session = session
+        #: The workspace as submitted (``self.session`` may move to a worktree of it).
+        self.workspace = session.workspace
         self.fence = fence
         self.commits = CommitPoints(
             runner.ledger,
@@ -281,10 +285,35 @@ class SessionOwner:
                 FailureCode.PROMPT_ARTIFACT_INVALID,
             )
             return False
+        memory = self._memory(spec)
+        if memory is not None:
+            registry = registry.with_tool(Remember(memory))
         driver = RunDriver(self.r, self.session, spec, self.commits, state, run, registry)
         driver.team = team.session if team is not None else None
+        if memory is not None:
+            driver.attach_memory(memory)
         driver.drive()
         return driver.parked
+
+    def _memory(self, spec: SessionSpec) -> SessionMemory | None:
+        """The workspace memory of a job with ``memory: true`` (docs/memory.md), else None.
+
+        Keyed by the workspace the session was submitted with (a worktree's
+        session shares its repository's memory).
+        """
+        if not spec.memory.enabled:
+            return None
+        family = self.commits.family
+        link = family.spawner.link() if family is not None else None
+        return SessionMemory(
+            self.r.ledger,
+            self.r.clock,
+            self.fence,
+            self.commits.heartbeat,
+            workspace=self.workspace,
+            root_id=(link.root_id if link is not None else None) or self.session.session_id,
+            spec=spec.memory,
+        )
 
     def _isolate(self, state: RunState, run: RunRecord) -> bool:
         """An ``isolation: worktree`` session runs in its own worktree (children/worktree.py).

@@ -1,4 +1,4 @@
-"""Workspace memory with provenance (issue 23 item 5).
+"""Workspace memory with provenance (docs/memory.md).
 
 Revision ID: 0014_memory
 Revises: 0011_teams
