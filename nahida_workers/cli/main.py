@@ -35,6 +35,7 @@ from nahida_workers.cli.common import (
     settings_for,
 )
 from nahida_workers.cli.exits import ExitCode, classify, print_error
+from nahida_workers.cli.memory_cmds import memory_app
 from nahida_workers.cli.schedule_cmds import schedule_app
 from nahida_workers.cli.team_cmds import team_app
 from nahida_workers.cli.worktree_cmds import worktrees_app
@@ -317,6 +318,7 @@ def tree(
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(team_app, name="team")
 app.add_typer(worktrees_app, name="worktrees")
+app.add_typer(memory_app, name="memory")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)
