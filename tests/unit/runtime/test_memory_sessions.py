@@ -242,3 +242,21 @@ def test_an_approved_item_is_injected(world: World) -> None:
     world.run([{"text": "Hello."}])
     (system,) = world.systems()
     assert system is not None and "[model inference, fact, verified " in system
+
+
+def _sample(metric: Any, label: str) -> float:
+    return float(metric.labels(label)._value.get())
+
+
+def test_the_counters_reach_the_metrics(world: World) -> None:
+    from nahida_workers import metrics
+
+    written = _sample(metrics.MEMORY_EVENTS, "written_pending")
+    injected = _sample(metrics.MEMORY_EVENTS, "injected")
+    proposing_session(world)
+    world.run([{"text": "Bonjour."}])
+    assert _sample(metrics.MEMORY_EVENTS, "written_pending") - written == 3
+    assert _sample(metrics.MEMORY_EVENTS, "injected") - injected == 2
+    metrics.observe_memory(world.ledger)  # what each sweep does
+    for name, value in world.recall.counts().items():
+        assert _sample(metrics.MEMORY_ITEMS, name) == value
