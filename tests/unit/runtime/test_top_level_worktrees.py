@@ -119,3 +119,35 @@ def test_a_worker_without_a_manager_refuses_instead_of_sharing(repo: Path) -> No
     ledger, (sid,) = run_all(repo, [editor()], None)
     assert terminal(ledger, sid).payload["reason"] == "worktree_unavailable"
     assert (repo / "NOTES.md").read_text() == NOTES
+
+
+def test_a_later_run_continues_on_the_same_branch_and_base(repo: Path) -> None:
+    from nahida_workers.runtime.dispatch.inbox import Inbox
+
+    base = sh(repo, "rev-parse", "HEAD")
+    edit = [{"tool_calls": [EDIT]}, {"text": "Edited NOTES.md."}]
+    spec = scripted_spec(edit, tools=["Bash"])
+    data = spec.model_dump()
+    data["provider"]["script"]["next_runs"] = [edit]
+    spec = SessionSpec.model_validate({**data, "isolation": "worktree"})
+    runner = memory_runner()
+    runner.worktrees = WorktreeManager()
+    dispatcher = Dispatcher(runner.ledger, ListTaskQueue(), runner.clock)
+    sid = dispatcher.submit(spec, workspace=str(repo))[0].session_id
+    runner.run(sid)
+    sh(repo, "commit", "-q", "--allow-empty", "-m", "main moved on meanwhile")
+    Inbox(runner.ledger, runner.leases, dispatcher, runner.clock).post(
+        sid, "Once more, please.", next_turn=False
+    )
+    runner.run(sid)
+    runs = runner.ledger.runs_of(sid)
+    assert len(runs) == 2
+    ends = [
+        next(e for e in runner.ledger.events(r.run_id) if e.type is EventType.TERMINAL).payload
+        for r in runs
+    ]
+    branch = f"nahida/{sid}"
+    assert ends[1]["commit"] == sh(repo, "rev-parse", branch) != ends[0]["commit"]
+    assert sh(repo, "rev-parse", f"{branch}~2") == base  # the recorded base, not main's new HEAD
+    assert sh(repo, "show", f"{branch}:NOTES.md") == (NOTES + f"edit by {sid}\n" * 2).strip()
+    assert registered(repo) == []
