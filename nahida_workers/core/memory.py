@@ -5,8 +5,10 @@ session's user inputs and receipts as values; nothing here reads the ledger.
 
 Writing (:func:`classify`).  A proposal names its provenance:
 
-* ``user`` -- a user's statement, backed by a ``quote`` that must occur in
-  one of the session's user inputs (else it is only a model inference);
+* ``user`` -- a user's statement, backed by a ``quote`` (8+ characters)
+  that must occur in one of the session's user inputs -- the prompt or
+  steering, never a prompt the loop injected or a child's report -- (else
+  it is only a model inference);
 * ``receipt`` -- a fact backed by the ``evidence`` call id of an ``ok``
   receipt of the session (else it is only a model inference);
 * ``inference`` -- the model's own conclusion.
@@ -39,6 +41,7 @@ from nahida_workers.core.events import Event, EventType
 
 __all__ = [
     "MAX_TEXT_CHARS",
+    "MIN_QUOTE_CHARS",
     "READ_TOOLS",
     "Backing",
     "Classification",
@@ -52,6 +55,7 @@ __all__ = [
     "content_sha256",
     "context_for",
     "detect_subject",
+    "from_the_user",
     "mentions",
     "normalize_path",
     "paths_read",
@@ -62,6 +66,9 @@ __all__ = [
 
 #: Longest remembered text, in characters.
 MAX_TEXT_CHARS = 1000
+#: Shortest quote that can back a user statement, in characters: a word or
+#: two would occur in almost any message.
+MIN_QUOTE_CHARS = 8
 #: Tools whose successful call on a path makes the session's own knowledge of
 #: that file newer than any memory of it.
 READ_TOOLS = frozenset({"Read", "Write", "Edit"})
@@ -275,9 +282,20 @@ def detect_subject(text: str) -> str | None:
     return normalize_path(found.group(0)) if found else None
 
 
+def from_the_user(payload: Mapping[str, Any]) -> bool:
+    """Whether a ``user_input`` payload is a person's text: the prompt, or steering.
+
+    Not a correction or bound prompt the loop injected, nor a background
+    inbox message (a child's completion, team mail): model-written text
+    never backs a "user statement".
+    """
+    source = payload.get("source")
+    return source == "prompt" or (source == "inbox" and payload.get("kind") == "user")
+
+
 def _quoted(quote: str, user_texts: Sequence[str]) -> bool:
     wanted = " ".join(quote.split()).casefold()
-    return bool(wanted) and any(wanted in " ".join(t.split()).casefold() for t in user_texts)
+    return len(wanted) >= MIN_QUOTE_CHARS and any(wanted in " ".join(t.split()).casefold() for t in user_texts)
 
 
 def classify(

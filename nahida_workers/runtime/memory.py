@@ -35,6 +35,7 @@ from nahida_workers.core.memory import (
     Proposal,
     Selection,
     classify,
+    from_the_user,
 )
 from nahida_workers.core.payloads import user_text
 from nahida_workers.ledger.recall import recall_ledger
@@ -135,7 +136,7 @@ class SessionMemory:
             texts += [
                 user_text(e.payload)
                 for e in reader.events(run.run_id)
-                if e.type is EventType.USER_INPUT
+                if e.type is EventType.USER_INPUT and from_the_user(e.payload)
             ]
             for receipt in reader.receipts(run.run_id):
                 if receipt.status is ToolStatus.OK:

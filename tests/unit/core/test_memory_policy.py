@@ -24,6 +24,7 @@ from nahida_workers.core.memory import (
     Proposal,
     Provenance,
     classify,
+    from_the_user,
     mentions,
     normalize_path,
     paths_read,
@@ -109,6 +110,13 @@ FACT = MemoryKind.FACT
             "pending",
             USER,
             "mentions a command",
+        ),
+        # rule: a quote too short to tell anything is no backing
+        (
+            Proposal("Prefer tabs.", PREF, USER, quote="tabs"),
+            "pending",
+            INFER,
+            "the quote is not in the user's messages; a model inference",
         ),
         # rule: an explicit path argument makes it pending too
         (
@@ -253,3 +261,17 @@ def test_normalize_path() -> None:
     assert normalize_path("./a/../b.md") == "b.md"
     assert normalize_path("/ws/x/y.py", "/ws") == "x/y.py"
     assert normalize_path("../up") is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "user"),
+    [
+        ({"text": "t", "source": "prompt"}, True),
+        ({"text": "t", "source": "inbox", "kind": "user"}, True),
+        ({"text": "t", "source": "inbox", "kind": "background"}, False),  # a child's report
+        ({"text": "t", "source": "evidence"}, False),  # a correction the loop injected
+        ({"text": "t"}, False),
+    ],
+)
+def test_only_a_persons_text_backs_a_user_statement(payload: dict[str, str], user: bool) -> None:
+    assert from_the_user(payload) is user
