@@ -295,7 +295,9 @@ def from_the_user(payload: Mapping[str, Any]) -> bool:
 
 def _quoted(quote: str, user_texts: Sequence[str]) -> bool:
     wanted = " ".join(quote.split()).casefold()
-    return len(wanted) >= MIN_QUOTE_CHARS and any(wanted in " ".join(t.split()).casefold() for t in user_texts)
+    if len(wanted) < MIN_QUOTE_CHARS:
+        return False
+    return any(wanted in " ".join(t.split()).casefold() for t in user_texts)
 
 
 def classify(
