@@ -189,6 +189,13 @@ def _no_schema_yet(exc: BaseException) -> bool:
     return "no such table" in text
 
 
+def _memory_counters(ledger: Any) -> dict[str, int]:
+    """The workspace-memory counters of every workspace (docs/memory.md)."""
+    from nahida_workers.ledger.recall import recall_ledger
+
+    return recall_ledger(ledger).counts()
+
+
 @app.command()
 def status(
     batch_id: Annotated[
@@ -216,8 +223,14 @@ def status(
             if not (local and _no_schema_yet(exc)):
                 raise
             rows = []  # a --local ledger file nothing has written to yet
+        try:
+            memory = _memory_counters(ledger)
+        except LedgerUnavailableError as exc:
+            if not (local and _no_schema_yet(exc)):
+                raise
+            memory = {}
         if as_json:
-            print_json({"batches": rows})
+            print_json({"batches": rows, "memory": memory})
             return
         if not rows:
             out().print(f"no batches yet{f' in {db}' if local else ''}")
@@ -225,6 +238,8 @@ def status(
         out().print(render.batches_table(rows))
         newest = batch_report(ledger, rows[0]["batch_id"])
         out().print(render.batch_table(newest, width=out().width))
+        if any(memory.values()):
+            out().print("memory: " + ", ".join(f"{k} {v}" for k, v in memory.items()))
         return
     full = resolve(ledger, "batch", batch_id)
     data = batch_report(ledger, full)

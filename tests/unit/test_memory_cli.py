@@ -129,3 +129,9 @@ def test_an_unknown_id_is_one_error_line(db: tuple[Path, str]) -> None:
 def test_a_bad_status_is_a_usage_error(db: tuple[Path, str]) -> None:
     line = cli(db, "list", "--status", "maybe", code=2)
     assert "--status takes active, pending or rejected" in line
+
+
+def test_status_shows_the_memory_counters(db: tuple[Path, str]) -> None:
+    result = CliRunner().invoke(app, ["status", "--local", "--db", str(db[0]), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["memory"]["written_pending"] == 2
