@@ -1,8 +1,9 @@
 """The dashboard's figures: sessions by state, the last hour, queues, workers, schedules due.
 
 Every figure is read when asked (the live stream asks every second or so):
-counts are grouped in SQL, the last hour is the runs that ended in it, in
-twelve five-minute buckets.  Queue depths and workers come from the broker
+counts are grouped in SQL; "the last hour" is the runs that ended in the
+twelve five-minute buckets (on five-minute boundaries) ending with the
+current one.  Queue depths and workers come from the broker
 (:mod:`nahida_workers.web.probe`) and are None -- "unknown" -- when it cannot
 be asked.
 """
@@ -62,7 +63,12 @@ def read_dashboard(ledger: Any, probe: BrokerProbe, now: datetime) -> Dashboard:
     """Read every figure as of ``now`` (aware UTC)."""
     counts = ledger.session_counts()
     by_status = {s.value: counts.get(s, (0, None))[0] for s in SessionStatus}
-    since = now - WINDOW
+    width = WINDOW / BUCKETS
+    # Buckets on five-minute boundaries (the last one holds now): the figures,
+    # and so the live region, change when a run ends, not every second.
+    epoch = datetime(2000, 1, 1, tzinfo=now.tzinfo)
+    end = epoch + ((now - epoch) // width + 1) * width
+    since = end - WINDOW
     r = t.agent_runs.c
     with ReadScope(ledger.reader) as conn:
         rows = conn.execute(
@@ -71,7 +77,6 @@ def read_dashboard(ledger: Any, probe: BrokerProbe, now: datetime) -> Dashboard:
             .limit(WINDOW_CAP)
         ).all()
     ended: dict[str, int] = {s.value: 0 for s in TerminalState}
-    width = WINDOW / BUCKETS
     buckets: list[dict[str, Any]] = [
         {"start": since + i * width, "ended": 0, "failed": 0} for i in range(BUCKETS)
     ]

@@ -73,6 +73,17 @@ def seconds(value: float | None) -> str:
     return f"{int(value // 3600)} h {int(value % 3600 // 60)} min"
 
 
+def until(value: float) -> str:
+    """Time to an event, in whole minutes (``under a minute``, ``42 min``, ``8 h 9 min``).
+
+    Coarse on purpose: a live region holding it changes once a minute, not every second.
+    """
+    if value < 60:
+        return "under a minute"
+    minutes = int(value // 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
 def query(params: dict[str, str], **changes: object) -> str:
     """``?a=1&page=2``: ``params`` with ``changes`` applied (empty values dropped)."""
     merged = {**params, **{k: str(v) for k, v in changes.items()}}
@@ -90,6 +101,7 @@ def console_environment() -> Environment:
     )
     env.filters["when"] = when
     env.filters["stamp"] = stamp
+    env.filters["until"] = until
     env.filters["seconds"] = seconds
     env.globals["query"] = query
     env.globals["SYMBOLS"] = SYMBOLS

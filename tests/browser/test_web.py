@@ -56,9 +56,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str, A
 
 
 def _wait(driver: Any, condition: Any) -> Any:
+    """``condition`` true within WAIT_S; an element a live update replaced is looked up again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S).until(condition)
+    wait = WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+    return wait.until(condition)
 
 
 def _open_live(driver: Any, url: str) -> None:
@@ -225,7 +228,9 @@ def test_live_update_arrives_without_reload(site: tuple[Any, str, Any]) -> None:
         card = driver.find_element(By.CSS_SELECTOR, '#by-state a[href="/sessions?state=queued"]')
         return int(card.text.split()[0])
 
-    before = queued()
+    seen: list[int] = []
+    _wait(driver, lambda _d: seen.append(queued()) or True)
+    before = seen[-1]
     _record_session(demo)
     _wait(driver, lambda _d: queued() == before + 1)
     assert _not_reloaded(driver)

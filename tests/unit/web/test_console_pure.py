@@ -148,3 +148,43 @@ def test_probe_says_unknown_for_a_broker_it_cannot_ask() -> None:
     assert probe.live_workers() is None
     down = BrokerProbe("redis://127.0.0.1:1/0")
     assert down.queue_depths() == {"sessions": None, "tools": None}
+
+
+def test_dashboard_buckets_sit_on_five_minute_boundaries() -> None:
+    from nahida_workers.web import dashboard
+
+    class Ledger:
+        reader = engine = None
+
+        def session_counts(self) -> dict[Any, Any]:
+            return {}
+
+    captured: list[Any] = []
+
+    class Conn:
+        def execute(self, query: Any) -> Any:
+            captured.append(query)
+            return self
+
+        def all(self) -> list[Any]:
+            return [(_at(3600 + 170), "completed"), (_at(3600 + 290), "failed")]
+
+    class Scope:
+        def __init__(self, _engine: Any) -> None: ...
+        def __enter__(self) -> Conn:
+            return Conn()
+
+        def __exit__(self, *exc: Any) -> None: ...
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(dashboard, "ReadScope", Scope)
+    monkey.setattr(dashboard, "due_schedules", lambda *_a, **_k: [])
+    try:
+        probe = BrokerProbe("memory://localhost/")
+        for now_s in (3600 + 180, 3600 + 299):  # the same bucket: the same figures
+            d = dashboard.read_dashboard(Ledger(), probe, _at(now_s))  # type: ignore[arg-type]
+            assert d.buckets[-1]["start"] == _at(3600)
+            assert (d.buckets[-1]["ended"], d.buckets[-1]["failed"]) == (2, 1)
+            assert (d.throughput, d.failures) == (2, 1)
+    finally:
+        monkey.undo()
