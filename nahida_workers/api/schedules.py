@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -275,7 +275,8 @@ def _definition(fleet: Any, body: ScheduleIn, tools: Tools) -> ScheduleDef:
 
     Raises:
         HTTPException: 422 (a tool, a script, the job policy), 403/404 (a repository).
-        UserError: the job's parts disagree, a timing is invalid (400).
+        UserError: the job's parts disagree, it trusts its workspaces, a timing is
+            invalid (400).
     """
     from nahida_workers.schedules.config import build_definition
 
@@ -287,11 +288,11 @@ def _definition(fleet: Any, body: ScheduleIn, tools: Tools) -> ScheduleDef:
         raise UserError(f"invalid job: {validation_summary(exc)}") from None
     if job.trust_workspace:
         # A schedule reads a workspace's agent files again at every fire, after
-        # these checks: over the API it may not trust them.
-        raise HTTPException(
-            422,
+        # these checks: over the API it may not trust them.  A 400, not a 422:
+        # the job schema (shared with sessions, which may) allows the field.
+        raise UserError(
             "job.trust_workspace: a schedule over the API cannot trust its workspaces' agent "
-            "definitions (add it with `nahida schedule add`)",
+            "definitions (add it with `nahida schedule add`)"
         )
     spec = job.session_spec()
     check_inline_scripts(spec)

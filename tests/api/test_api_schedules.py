@@ -137,7 +137,7 @@ def test_bad_schedules_are_4xx_with_the_error_shape(
             _error(post(repos=[str(outside)]), 403, "forbidden")
             _error(post(repos=[str(root / "missing")]), 404, "not_found")
             _error(post(job={**JOB, "tools": ["NoSuchTool"]}), 422, "invalid_input")
-            _error(post(job={**JOB, "trust_workspace": True}), 422, "invalid_input")
+            _error(post(job={**JOB, "trust_workspace": True}), 400, "invalid_request")
             _error(post(overlap="sometimes"), 422, "invalid_input")
             _error(post(surprise=1), 422, "invalid_input")
             raw = http.post(
