@@ -412,7 +412,9 @@ class RunDriver:
 
     def _apply_park(self, park: Park) -> bool:
         """Section 8: park (status waiting, delivery ends) -- or, children done, decide again."""
-        if self.commits.park(self.state, self.run, park):
+        if self.commits.park(
+            self.state, self.run, park, budget_s=self.spec.limits.wall_clock_budget_s
+        ):
             self.parked = True
             return False
         return True
