@@ -731,7 +731,11 @@ class ControlLedger(Protocol[TxIn]):
         ...
 
     def set_timer(self, tx: TxIn, timer: Timer) -> None:
-        """Arm ``timer`` (insert, or re-arm the row of its id: due, payload, not fired)."""
+        """Arm ``timer`` (insert, or re-arm the row of its id: due, payload, not fired).
+
+        Raises:
+            LedgerIntegrityError: no such session.
+        """
         ...
 
     def fire_timer(self, tx: TxIn, timer_id: str, *, outcome: str, at: datetime) -> bool:

@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 
-
 def may_seal(status: SessionStatus, open_epoch: int | None, *, lease_free: bool) -> bool:
     """Whether a session no worker holds may be sealed by the canceller or beat.
 

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.facts import Timer, may_seal
-from nahida_workers.errors import NotFoundError
+from nahida_workers.errors import LedgerIntegrityError, NotFoundError
 from nahida_workers.ledger.memory import MemoryLedger, MemoryTx
 from nahida_workers.ports import Fence
 
@@ -66,8 +66,8 @@ class MemoryControl:
 
     def set_timer(self, tx: MemoryTx, timer: Timer) -> None:
         """Arm (or re-arm) ``timer``."""
-        if timer.session_id not in self.ledger.tables.sessions:
-            raise NotFoundError(f"no session {timer.session_id}")
+        if timer.session_id not in self.ledger.tables.sessions:  # the SQL foreign key
+            raise LedgerIntegrityError(f"timer {timer.timer_id}: no session {timer.session_id}")
         armed = replace(timer, fired_at=None, outcome=None)
         self.ledger.tables.put(tx, self._timers, timer.timer_id, armed)
 
