@@ -127,6 +127,7 @@ class Canceller:
     dispatcher: Publisher
     clock: Clock
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    undelivered: Exception | None = field(default=None, init=False)
 
     def cancel(self, session_id: str) -> CancelReport:
         """Cancel ``session_id`` and its subtree now (see the module doc).
@@ -135,13 +136,19 @@ class Canceller:
             NotFoundError: no such session.
             UserError: the session is done: there is nothing to cancel.
             LedgerError: the ledger refused or is unavailable (nothing written).
+            Exception: the broker's error when the cancel is recorded but a
+                flagged session could not be re-dispatched (the sweeper will).
         """
         session = self.ledger.get_session(session_id)
         if session is None:
             raise NotFoundError(f"no session {session_id}")
         if session.status is SessionStatus.DONE:
             raise UserError(f"session {session_id} is done; nothing to cancel")
-        return self.cancel_trees([session_id])
+        report = self.cancel_trees([session_id])
+        if self.undelivered is not None:  # recorded; the broker is down (callers exit 4 / 202)
+            error, self.undelivered = self.undelivered, None
+            raise error
+        return report
 
     def cancel_trees(self, roots: Sequence[str]) -> CancelReport:
         """Cancel each root's subtree in one transaction (see the module doc)."""
@@ -247,6 +254,7 @@ class Canceller:
                     self.dispatcher.redispatch(sid)
                 except Exception as exc:
                     log.warning("session %s: cancel flagged, not re-dispatched: %s", sid, exc)
+                    self.undelivered = self.undelivered or exc
         for group in sorted({u.group for u in sealed if u.group is not None}):
             free_slot(self.ledger, group, at=self.clock.now(), publish=self.dispatcher.publish)
 
