@@ -162,3 +162,31 @@ def test_an_ancestors_cancel_reaches_a_grandchilds_spawn(w: World) -> None:
     leaf = child_id(mid_run.run_id, "m1")
     assert terminal(ledger, leaf)["decided_by"] == "spawn"
     assert terminal(ledger, mid)["state"] == "cancelled"  # flagged by its own spawn
+
+
+def test_a_session_deferred_by_its_cap_and_one_waiting_out_a_retry_are_sealed_at_once(
+    w: World,
+) -> None:
+    from nahida_workers.ledger.admission import admission_ledger
+    from nahida_workers.testing.doubles import scripted_spec
+
+    ledger, now = w.runner.ledger, w.runner.clock.now()
+    w.dispatcher.set_cap("g", 1)
+    spec = scripted_spec([{"text": "Done."}])
+    running, deferred = (
+        w.dispatcher.submit(spec, workspace="/tmp", admission_group="g")[0].session_id
+        for _ in range(2)
+    )
+    admission = admission_ledger(ledger)
+    assert admission.admit(running, at=now) and not admission.admit(deferred, at=now)
+    # ``running``: admitted, then its owner handed it back (a retry's countdown).
+    epoch = ledger.bump_epoch(running, at=now)
+    ledger.close_owner(running, epoch, at=now)
+    inbox = Inbox(ledger, w.runner.leases, w.dispatcher, w.runner.clock)
+    assert inbox.cancel(deferred).sealed == (deferred,)
+    assert admission.release("g", at=now, new_id=lambda: "x") == []  # a done one is never picked
+    assert inbox.cancel(running).sealed == (running,)
+    assert admission.running("g") == 0  # its slot is free
+    for sid in (running, deferred):
+        assert terminal(ledger, sid)["state"] == "cancelled"
+        assert w.runner.run(sid) is SessionOutcome.ALREADY_DONE
