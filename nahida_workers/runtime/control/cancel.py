@@ -32,7 +32,7 @@ from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.facts import Node, subtree_order
 from nahida_workers.core.loop import Finish
 from nahida_workers.core.records import InboxLimits, OutboxRecord, SessionRecord
-from nahida_workers.errors import NotFoundError, UserError
+from nahida_workers.errors import LedgerUnavailableError, NotFoundError, UserError
 from nahida_workers.ledger.children import child_ledger
 from nahida_workers.ledger.control import control_ledger
 from nahida_workers.ports import Clock, LeaseStore
@@ -50,6 +50,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: Attempts of one cancel's transaction (a deadlock with an owner's seal is retried).
+WRITE_ATTEMPTS = 3
 
 
 class Publisher(Protocol):
@@ -200,6 +203,35 @@ class Canceller:
             LedgerError: the ledger refused or is unavailable (nothing written).
         """
         free = {sid: self.leases.holder(sid) is None for sid in order}
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                sealed, flagged = self._write(
+                    order, nodes, rows, free, finishes or {}, decided_by, must_seal, then
+                )
+                break
+            except LedgerUnavailableError as exc:
+                # A deadlock with an owner's seal (it locks its row, then its
+                # children's) aborts one side: take the whole cancel again.
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                log.info("cancel of %s: %s; taking it again", ",".join(order[-1:]), exc)
+                self.clock.sleep(0.05 * attempt)
+        self._after(sealed, flagged, free)
+        woke = tuple(u.woke for u in sealed if u.woke is not None)
+        return CancelReport(tuple(u.session_id for u in sealed), tuple(flagged), woke)
+
+    def _write(
+        self,
+        order: Sequence[str],
+        nodes: Sequence[Node],
+        rows: dict[str, SessionRecord],
+        free: dict[str, bool],
+        finishes: dict[str, Finish],
+        decided_by: str,
+        must_seal: str | None,
+        then: Callable[[Any], None] | None,
+    ) -> tuple[list[Unowned], list[str]]:
+        """One attempt of :meth:`apply`'s transaction; what it sealed and flagged."""
         now = self.clock.now()
         control = control_ledger(self.ledger)
         children = child_ledger(self.ledger)
@@ -220,7 +252,7 @@ class Canceller:
                     for n in nodes
                     if n.parent_id == sid and not n.done and n.session_id not in done_here
                 ]
-                how = (finishes or {}).get(sid) or cancelled_finish()
+                how = finishes.get(sid) or cancelled_finish()
                 sealed.append(
                     seal_unowned(
                         self.ledger,
@@ -237,9 +269,7 @@ class Canceller:
                 done_here.add(sid)
             if then is not None:
                 then(tx)
-        self._after(sealed, flagged, free)
-        woke = tuple(u.woke for u in sealed if u.woke is not None)
-        return CancelReport(tuple(u.session_id for u in sealed), tuple(flagged), woke)
+        return sealed, flagged
 
     def _after(self, sealed: list[Unowned], flagged: list[str], free: dict[str, bool]) -> None:
         """Publish what the commit owes; a broker error leaves it to the sweeper."""
