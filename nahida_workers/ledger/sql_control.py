@@ -68,8 +68,11 @@ class SqlControl:
             .where(s.session_id == session_id)
             .values(lease_epoch=epoch, updated_at=at)
         )
+        # The row is locked (FOR UPDATE above) and its epoch is ours now.
         tx.pending = None
-        self.ledger.lock_session(tx, session_id, epoch)
+        tx.fence = Fence(session_id, epoch)
+        tx.cancel_requested = False
+        tx.pending_inbox = 0
         return tx.fence
 
     def flag_cancel(self, tx: SqlTx, session_id: str, *, at: datetime) -> bool:

@@ -246,7 +246,7 @@ class Canceller:
                     if control.flag_cancel(tx, sid, at=now):
                         flagged.append(sid)
                     continue
-                session = self.ledger.get_session(sid) or rows[sid]
+                session = rows[sid]  # read before the lock: its lineage and config
                 left = [
                     n.session_id
                     for n in nodes

@@ -76,8 +76,7 @@ class Unowned:
         session_id: the session sealed.
         publish: outbox rows to publish (a woken parent, a re-queued session).
         woke: the parent this seal woke, if any.
-        group: the admission group the session counted against while
-            ``running`` (its slot is free now), else None.
+        group: the session's admission group (a slot may be free now), else None.
     """
 
     session_id: str
@@ -118,8 +117,7 @@ def seal_unowned(
     """
     sid = session.session_id
     out = Unowned(sid)
-    if session.status is SessionStatus.RUNNING and session.admission_group is not None:
-        out.group = session.admission_group
+    out.group = session.admission_group  # a release of a group with no room is a no-op
     pending = ledger.inbox(sid, statuses=[InboxStatus.PENDING])
     steering = [m for m in pending if m.kind is not InboxKind.BACKGROUND]
     run = open_run_of(ledger, sid)
@@ -149,8 +147,8 @@ def seal_unowned(
         closing=closing,
         receipts=receipts,
     )
-    link = children.link(sid)
     if session.parent_id is not None:
+        link = children.link(sid)
         wake = _post_completion(
             ledger,
             children,
