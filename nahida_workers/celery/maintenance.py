@@ -99,5 +99,6 @@ def fire_timers(current: Fleet) -> list[tuple[str, str]]:
         current.dispatcher,
         current.clock,
         current.runner.inbox_limits,
+        current.runner.sink,
     )
     return TimerFirer(canceller).fire_due()

@@ -38,6 +38,7 @@ from nahida_workers.ledger.control import control_ledger
 from nahida_workers.ports import Clock, LeaseStore
 from nahida_workers.runtime.control.seal import Unowned, cancelled_finish, seal_unowned
 from nahida_workers.runtime.dispatch.admission import free_slot
+from nahida_workers.runtime.observe.channel import EventSink, NullSink
 
 __all__ = [
     "CancelReport",
@@ -123,6 +124,7 @@ class Canceller:
 
     Attributes:
         inbox_limits: the bounds a background child's completion is posted under.
+        sink: where a seal's ``final``/``done`` events go (watchers; the runner's sink).
     """
 
     ledger: Any
@@ -130,6 +132,7 @@ class Canceller:
     dispatcher: Publisher
     clock: Clock
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    sink: EventSink = field(default_factory=NullSink)
     undelivered: Exception | None = field(default=None, init=False)
 
     def cancel(self, session_id: str) -> CancelReport:
@@ -275,6 +278,11 @@ class Canceller:
         """Publish what the commit owes; a broker error leaves it to the sweeper."""
         ended = {u.session_id for u in sealed}
         for unowned in sealed:
+            try:
+                unowned.observe(self.sink)
+            except Exception as exc:  # watching is best effort; the ledger has it all
+                log.warning("session %s: seal not reported: %s", unowned.session_id, exc)
+        for unowned in sealed:
             for record in unowned.publish:
                 woken = record.session_id == unowned.woke
                 self._publish(record, skip=woken and record.session_id in ended)
@@ -320,6 +328,7 @@ def cancel_closed(
     records: Sequence[OutboxRecord],
     *,
     inbox_limits: InboxLimits,
+    sink: EventSink | None = None,
 ) -> CancelReport:
     """Cancel the children a parent's seal closed (``runtime/children/close.py``) at once.
 
@@ -328,9 +337,10 @@ def cancel_closed(
     delivery is owed); any other child's row is published, as before.
     """
     by_id = {r.session_id: r for r in records}
-    report = Canceller(ledger, leases, _Closed(publish), clock, inbox_limits).cancel_trees(
-        list(by_id)
-    )
+    canceller = Canceller(ledger, leases, _Closed(publish), clock, inbox_limits)
+    if sink is not None:
+        canceller.sink = sink
+    report = canceller.cancel_trees(list(by_id))
     sealed = set(report.sealed)
     for sid, record in by_id.items():
         try:

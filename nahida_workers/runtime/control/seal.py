@@ -55,6 +55,8 @@ from nahida_workers.ports import (
 )
 from nahida_workers.runtime.children.close import post_completion
 from nahida_workers.runtime.children.spawn import completion_message, wake_outbox
+from nahida_workers.runtime.observe.channel import EventSink
+from nahida_workers.runtime.observe.observer import Observer
 from nahida_workers.runtime.spec import SessionSpec
 
 __all__ = ["SealLedger", "Unowned", "cancelled_finish", "open_run_of", "seal_unowned"]
@@ -83,6 +85,23 @@ class Unowned:
     publish: list[OutboxRecord] = field(default_factory=list)
     woke: str | None = None
     group: str | None = None
+    sealed: tuple[SessionRecord, RunRecord, RunState, Finish] | None = None
+
+    def observe(self, sink: EventSink) -> None:
+        """After commit: the seal's ``final`` and ``done`` events and its counters."""
+        if self.sealed is None:
+            return
+        session, run, state, finish = self.sealed
+        spec = SessionSpec.model_validate(session.config)
+        observer = Observer(
+            sink,
+            spec.channel,
+            session_id=session.session_id,
+            run_id=run.run_id,
+            trace_id=run.trace_id,
+            contract=spec.contract,
+        )
+        observer.sealed(state, finish)
 
 
 def open_run_of(ledger: LedgerReader, session_id: str) -> RunRecord | None:
@@ -147,6 +166,7 @@ def seal_unowned(
         closing=closing,
         receipts=receipts,
     )
+    out.sealed = (session, run, state, finish)
     if session.parent_id is not None:
         link = children.link(sid)
         wake = _post_completion(

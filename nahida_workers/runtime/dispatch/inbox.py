@@ -23,6 +23,7 @@ from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.control.cancel import CancelReport
+    from nahida_workers.runtime.observe.channel import EventSink
 
 __all__ = ["Inbox", "InboxLedger"]
 
@@ -38,6 +39,7 @@ class Inbox:
     Attributes:
         limits: pending-message bounds per session (20 user, 100 background,
             64 KiB by default).
+        sink: where a cancel's seals report ``final``/``done`` (None: nowhere).
     """
 
     ledger: InboxLedger[Any]
@@ -45,6 +47,7 @@ class Inbox:
     dispatcher: Dispatcher
     clock: Clock
     limits: InboxLimits = field(default_factory=InboxLimits)
+    sink: EventSink | None = None
 
     def post(
         self,
@@ -101,4 +104,6 @@ class Inbox:
         from nahida_workers.runtime.control.cancel import Canceller
 
         canceller = Canceller(self.ledger, self.leases, self.dispatcher, self.clock, self.limits)
+        if self.sink is not None:
+            canceller.sink = self.sink
         return canceller.cancel(session_id)

@@ -136,6 +136,7 @@ class SessionOwner:
                     publish,
                     records,
                     inbox_limits=self.r.inbox_limits,
+                    sink=self.r.sink,
                 )
 
             family.cancel_children = cancel

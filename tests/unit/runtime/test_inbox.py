@@ -155,9 +155,14 @@ def test_inbox_limits_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_cancelling_a_queued_session_seals_it_at_once_without_a_delivery(tmp_path: Path) -> None:
+    from nahida_workers.runtime.observe.channel import MemorySink
+
     runner, inbox, queue, sid = _world([{"text": "never used"}])
     before = len(queue.published)
+    inbox.sink = sink = MemorySink()
     report = inbox.cancel(sid)
+    done = [e for e in sink.events if e.kind.value == "done"]  # a watcher sees the end
+    assert [(e.session_id, e.data["terminal_state"]) for e in done] == [(sid, "cancelled")]
     assert report.sealed == (sid,) and report.flagged == ()
     assert len(queue.published) == before  # the cancel needed no worker slot
     (run,) = runner.ledger.runs_of(sid)
