@@ -32,10 +32,8 @@ from nahida_workers.core.children import (
     TaskRequest,
     parse_task,
 )
-from nahida_workers.core.events import Event, EventType, ReasonCode, SessionStatus, TerminalState
-from nahida_workers.core.facts import Node, ancestor_cancelled
+from nahida_workers.core.events import Event, EventType, SessionStatus, TerminalState
 from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
-from nahida_workers.core.loop import Finish, final_text_for, terminal_event
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.payloads import call_from_payload
 from nahida_workers.core.records import (
@@ -45,10 +43,13 @@ from nahida_workers.core.records import (
     RunRecord,
     SessionRecord,
 )
-from nahida_workers.core.state import RunState
 from nahida_workers.errors import WorkspaceUnavailableError
-from nahida_workers.ledger.control import control_ledger
 from nahida_workers.ports import ChildLedger, Ledger, TeamLedger
+from nahida_workers.runtime.children.cancelled import (
+    CANCELLED_REFUSAL,
+    born_cancelled,
+    line_cancelled,
+)
 from nahida_workers.runtime.children.resume import (
     post_resume,
     resume_message_id,
@@ -70,9 +71,6 @@ __all__ = [
     "completion_prefix",
     "wake_outbox",
 ]
-
-#: What a resume in a cancelled line is told (the session stops at its next boundary).
-CANCELLED_REFUSAL = "Task: not started: this session (or an ancestor) was cancelled"
 
 #: The uuid5 namespace of child session ids (fixed: ids must be stable forever).
 CHILD_NAMESPACE = uuid.UUID("6f1d5c1e-9a43-5b7e-8a51-3c0de0c41d13")
@@ -196,7 +194,7 @@ class Spawner:
         request = self.request(call)
         if isinstance(request, str):
             return None
-        cancelled = self.line_cancelled(tx, now)
+        cancelled = line_cancelled(self.ledger, tx, self.session.session_id, self.link(), now)
         if request.resume is not None and cancelled:
             self.refused[call.call_id] = CANCELLED_REFUSAL
             return None
@@ -220,7 +218,8 @@ class Spawner:
             self.refused[call.call_id] = f"Task: isolation 'worktree' is not possible here: {exc}"
             return None
         if cancelled:
-            self._born_cancelled(tx, (session, link, run, prompt, outbox), now)
+            rows = (session, link, run, prompt)
+            born_cancelled(self.ledger, self.children, tx, rows, self.limits, now)
             return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         if outcome.refused:
@@ -273,70 +272,14 @@ class Spawner:
         from the missing session row.
         """
         session, link, run, prompt, outbox = rows
-        if self.line_cancelled(tx, prompt.created_at or session.created_at):
-            self._born_cancelled(tx, rows, session.created_at)
+        at = session.created_at
+        if line_cancelled(self.ledger, tx, self.session.session_id, self.link(), at):
+            born_cancelled(
+                self.ledger, self.children, tx, (session, link, run, prompt), self.limits, at
+            )
             return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         return outbox if outcome is SpawnOutcome.CREATED else None
-
-    def line_cancelled(self, tx: Any, now: datetime) -> bool:
-        """Whether this session or an ancestor it follows is cancelled, read in ``tx``.
-
-        When only an ancestor is, this session's own cancel flag is set too
-        (under its fence, in ``tx``): it stops at its next boundary, its
-        open calls closed ``cancelled``.
-        """
-        me = self.session.session_id
-        ancestors = [str(a) for a in self.link().lineage.get("ancestors", [])]
-        chain_ids = [me, *reversed(ancestors)]
-        control = control_ledger(self.ledger)
-        flags = control.cancel_flags(tx, chain_ids)
-        chain = [Node(sid, None, cancel_follows=flags[sid][1]) for sid in chain_ids if sid in flags]
-        own = flags.get(me, (False, True))[0]
-        cancelled = {sid: flag for sid, (flag, _follows) in flags.items()}
-        if not ancestor_cancelled(own, chain, cancelled):
-            return False
-        if not own:
-            control.flag_cancel(tx, me, at=now)
-        return True
-
-    def _born_cancelled(
-        self,
-        tx: Any,
-        rows: tuple[SessionRecord, ChildLink, RunRecord, Event, OutboxRecord],
-        now: datetime,
-    ) -> SpawnOutcome:
-        """Write the child sealed ``cancelled`` at birth: no outbox row, no provider call.
-
-        The child's seal is fenced like any (its epoch bumped in ``tx``); the
-        transaction's fence then goes back to this session's own.
-        """
-        session, link, run, prompt, _outbox = rows
-        outcome = self.children.spawn_child(tx, session, link, run, prompt, None, self.limits)
-        if outcome is not SpawnOutcome.CREATED:
-            return outcome
-        control = control_ledger(self.ledger)
-        own = tx.fence
-        control.fence_unowned(tx, session.session_id, lease_free=True, at=now)
-        state = RunState.from_ledger(run.run_id, [prompt])
-        finish = Finish(
-            TerminalState.CANCELLED,
-            ReasonCode.CANCELLED,
-            final_text_for(TerminalState.CANCELLED, ReasonCode.CANCELLED),
-        )
-        event = terminal_event(state, finish, now=now)
-        event = event.model_copy(update={"payload": {**event.payload, "decided_by": "spawn"}})
-        self.ledger.seal_run(
-            tx,
-            event,
-            state=finish.state,
-            reason=finish.reason,
-            failure_code=None,
-            ended_at=now,
-        )
-        if own is not None:
-            self.ledger.lock_session(tx, own.session_id, own.epoch)
-        return outcome
 
     def child_rows(
         self, cid: str, child_spec: SessionSpec, lineage: dict[str, Any], now: datetime
