@@ -1,7 +1,7 @@
 """Durable timers: the deadlines of waiting sessions (DESIGN.md section 8).
 
 Revision ID: 0012_timers
-Revises: 0011_teams
+Revises: 0014_memory (re-chained after main's 0014_memory at the merge)
 Create Date: 2027-02-01
 
 Additive only: one new table.
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0012_timers"
-down_revision = "0011_teams"
+down_revision = "0014_memory"
 branch_labels = None
 depends_on = None
 
