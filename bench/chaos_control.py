@@ -31,7 +31,9 @@ from datetime import datetime
 from typing import Any
 
 from bench.chaos_checks import Findings, LedgerDump
+from bench.chaos_diagnose import left_at_cancelled
 from bench.chaos_mixed import Cancel, Mixed
+from bench.chaos_rig import retry
 from nahida_workers.core.events import EventType, SessionStatus, TerminalState
 from nahida_workers.schedules.model import FireOutcome, FireRecord
 from nahida_workers.testing.backlog import decision_lags_s, percentile
@@ -158,7 +160,9 @@ def mixed_figures(
     """Run checks 12-15; the figures (as text for the table, numbers for the result line)."""
     latencies = check_cancels(dump, mixed.cancels, out)
     check_subtrees(dump, mixed.cancels, out)
-    lags = check_fires(mixed.fires(), out)
+    fires = mixed.fires()
+    lags = check_fires(fires, out)
+    dispatched = sum(1 for f in fires if f.outcome is FireOutcome.DISPATCHED)
     check_sigterms(exits, out)
     waits = []
     if mixed.small_sent is not None:
@@ -179,6 +183,9 @@ def mixed_figures(
     out.counts["backlog queued when the small batch came"] = mixed.backlog_queued_at_small
     out.counts["SIGTERM to exit p50 / max"] = f"{_ms(stops, 0.5)} / {_ms(stops, 1.0)}"
     out.counts["handover events"] = handovers
+    out.counts["child completions left pending at a cancelled parent"] = retry(
+        lambda: left_at_cancelled(mixed.dsn), what="read the inbox"
+    )
     out.counts["runs not completed, cancels aside"] = sum(
         1
         for runs in dump.runs.values()
@@ -191,6 +198,7 @@ def mixed_figures(
 
     return {
         "fires": len(lags),
+        "fires_dispatched": dispatched,
         "fire_lag_p50_s": seconds(lags, 0.5),
         "fire_lag_p99_s": seconds(lags, 0.99),
         "cancels": len(mixed.cancels),

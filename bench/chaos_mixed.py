@@ -7,7 +7,8 @@ run puts on the same fleet, while the faults of ``chaos_faults`` hit it:
 
 * a **backlog**: a big batch at priority 0 (``--backlog`` sessions of one
   scripted turn), capped at half the fleet's slots (``max_running``, the
-  ledger's admission), submitted at the start of the window;
+  ledger's admission), submitted at the start of the window; its turns are
+  long enough that it drains over about the window, so the fleet is busy;
 * a **small batch** at priority 9 submitted behind it at a quarter of the
   window; its queue wait is submission to each session's first turn;
 * a **schedule** every :data:`EVERY_S` seconds, decided by a real
@@ -80,17 +81,23 @@ class MixedPlan:
     small: int  # sessions of the small batch (priority 9)
     cap: int  # max_running of the big batch
     queued_cancels: int  # backlog sessions cancelled while queued
+    turn_s: float  # seconds each backlog session's one turn takes
     every_s: float = EVERY_S
 
 
 def mixed_plan(plan: Plan, *, backlog: int | None = None) -> MixedPlan:
-    """Scale the mixed workload with the plan: a backlog of 2 N (at least 40)."""
+    """Scale the mixed workload with the plan: a backlog of 2 N (at least 40).
+
+    Its turns (0.3-3 s) make it drain over about the window at its cap.
+    """
     size = backlog if backlog is not None else max(40, 2 * plan.sessions)
+    cap = max(1, plan.workers * plan.concurrency // 2)
     return MixedPlan(
         backlog=size,
         small=5,
-        cap=max(1, plan.workers * plan.concurrency // 2),
+        cap=cap,
         queued_cancels=max(2, size // 50),
+        turn_s=round(min(3.0, max(0.3, plan.window_s * cap / max(1, size))), 2),
     )
 
 
@@ -164,13 +171,16 @@ class Mixed:
 
     # -- the batches --------------------------------------------------------------
     def _batch(
-        self, name: str, cap: int | None, priority: int, count: int
+        self, name: str, cap: int | None, priority: int, count: int, *, turn_s: float = 0.3
     ) -> tuple[str, list[str]]:
-        """Create a batch with ``cap``, submit ``count`` sessions at ``priority``; id and ids."""
+        """Create a batch with ``cap``, submit ``count`` sessions at ``priority``; id and ids.
+
+        Each session answers in one scripted turn of ``turn_s`` seconds.
+        """
         batch = retry(lambda: self.dispatcher.create_batch(name, {}), what=f"batch {name}").batch_id
         group = BATCH_GROUP_TEMPLATE.format(batch_id=batch)
         retry(lambda: self.dispatcher.set_cap(group, cap), what=f"cap of {name}")
-        spec = scripted_job(name, delay_s=0.3).session_spec()
+        spec = scripted_job(name, delay_s=turn_s).session_spec()
 
         def one(n: int) -> str:
             submit = functools.partial(
@@ -186,7 +196,7 @@ class Mixed:
     def submit_backlog(self) -> None:
         """The big low-priority batch, capped at half the slots (its ids kept in order)."""
         self.big_batch, self.backlog_ids = self._batch(
-            "backlog", self.sizes.cap, BIG_PRIORITY, self.sizes.backlog
+            "backlog", self.sizes.cap, BIG_PRIORITY, self.sizes.backlog, turn_s=self.sizes.turn_s
         )
         say(f"mixed: backlog of {len(self.backlog_ids)} submitted (cap {self.sizes.cap})")
 
@@ -296,7 +306,8 @@ def is_cancel_target(i: int) -> bool:
 def describe(sizes: MixedPlan) -> str:
     """One line: the mixed workload's sizes."""
     return (
-        f"mixed: backlog {sizes.backlog} at priority {BIG_PRIORITY} (cap {sizes.cap}), "
+        f"mixed: backlog {sizes.backlog} at priority {BIG_PRIORITY} (cap {sizes.cap}, "
+        f"{sizes.turn_s:g}s turns), "
         f"small batch {sizes.small} at priority {SMALL_PRIORITY}, schedule every "
         f"{sizes.every_s:g}s (tick {TICK_S:g}s), {sizes.queued_cancels} queued cancels"
     )
