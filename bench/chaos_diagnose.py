@@ -18,7 +18,9 @@ from nahida_workers.testing.fleet import BROKER_DB
 #: that a cancel sealed (no run of it will claim it; ``bench/chaos_mixed.py``).
 LEFT_AT_CANCELLED = (
     "i.kind = 'background' AND EXISTS (SELECT 1 FROM sessions s WHERE"
-    " s.session_id = i.session_id AND s.status = 'done' AND s.cancel_requested_at IS NOT NULL)"
+    " s.session_id = i.session_id AND s.status = 'done' AND 'cancelled' = (SELECT"
+    " r.terminal_state FROM agent_runs r WHERE r.session_id = s.session_id"
+    " ORDER BY r.started_at DESC LIMIT 1))"
 )
 
 

@@ -5,10 +5,11 @@ runs all three on one fleet, busy most of the time.  Besides the plan's own
 sessions (parents with children among them: ``chaos_children``), a mixed
 run puts on the same fleet, while the faults of ``chaos_faults`` hit it:
 
-* a **backlog**: a big batch at priority 0 (``--backlog`` sessions of one
-  scripted turn), capped at half the fleet's slots (``max_running``, the
-  ledger's admission), submitted at the start of the window; its turns are
-  long enough that it drains over about the window, so the fleet is busy;
+* a **backlog**: a big batch at priority 0 (``--backlog`` sessions, each a
+  sleeping Bash then an answer), capped at half the fleet's slots
+  (``max_running``, the ledger's admission), submitted at the start of the
+  window; its Bash sleeps long enough that it drains over about the window,
+  so the fleet is busy and a SIGTERM finds sessions mid-step to hand over;
 * a **small batch** at priority 9 submitted behind it at a quarter of the
   window; its queue wait is submission to each session's first turn;
 * a **schedule** every :data:`EVERY_S` seconds, decided by a real
@@ -47,8 +48,10 @@ from nahida_workers.constants import BATCH_GROUP_TEMPLATE
 from nahida_workers.errors import UserError
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
+from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.schedules.model import FireRecord, Overlap, ScheduleDef
 from nahida_workers.schedules.sql import SqlScheduleStore
+from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.backlog import scripted_job
 
 __all__ = [
@@ -81,7 +84,7 @@ class MixedPlan:
     small: int  # sessions of the small batch (priority 9)
     cap: int  # max_running of the big batch
     queued_cancels: int  # backlog sessions cancelled while queued
-    turn_s: float  # seconds each backlog session's one turn takes
+    turn_s: float  # seconds each backlog session's Bash sleeps
     every_s: float = EVERY_S
 
 
@@ -171,16 +174,12 @@ class Mixed:
 
     # -- the batches --------------------------------------------------------------
     def _batch(
-        self, name: str, cap: int | None, priority: int, count: int, *, turn_s: float = 0.3
+        self, name: str, cap: int | None, priority: int, count: int, spec: SessionSpec
     ) -> tuple[str, list[str]]:
-        """Create a batch with ``cap``, submit ``count`` sessions at ``priority``; id and ids.
-
-        Each session answers in one scripted turn of ``turn_s`` seconds.
-        """
+        """Create a batch with ``cap``, submit ``count`` sessions at ``priority``; id and ids."""
         batch = retry(lambda: self.dispatcher.create_batch(name, {}), what=f"batch {name}").batch_id
         group = BATCH_GROUP_TEMPLATE.format(batch_id=batch)
         retry(lambda: self.dispatcher.set_cap(group, cap), what=f"cap of {name}")
-        spec = scripted_job(name, delay_s=turn_s).session_spec()
 
         def one(n: int) -> str:
             submit = functools.partial(
@@ -196,7 +195,7 @@ class Mixed:
     def submit_backlog(self) -> None:
         """The big low-priority batch, capped at half the slots (its ids kept in order)."""
         self.big_batch, self.backlog_ids = self._batch(
-            "backlog", self.sizes.cap, BIG_PRIORITY, self.sizes.backlog, turn_s=self.sizes.turn_s
+            "backlog", self.sizes.cap, BIG_PRIORITY, self.sizes.backlog, backlog_spec(self.sizes)
         )
         say(f"mixed: backlog of {len(self.backlog_ids)} submitted (cap {self.sizes.cap})")
 
@@ -207,8 +206,9 @@ class Mixed:
         self.backlog_queued_at_small = self._queued(self.backlog_ids)
         self.small_sent = datetime.now(UTC)
         self.small_batch, self.small_ids = self._batch(
-            "small", None, SMALL_PRIORITY, self.sizes.small
-        )
+            "small", None, SMALL_PRIORITY, self.sizes.small,
+            scripted_job("small", delay_s=0.3).session_spec(),
+        )  # fmt: skip
         say(f"mixed: small batch submitted; {self.backlog_queued_at_small} backlog still queued")
 
     def _queued(self, ids: list[str]) -> int:
@@ -296,6 +296,17 @@ class Mixed:
         """Cancel the last backlog sessions: queued behind the cap, as a person would."""
         for sid in self.backlog_ids[-self.sizes.queued_cancels :]:
             self.cancel(sid, "queued")
+
+
+def backlog_spec(sizes: MixedPlan) -> SessionSpec:
+    """A backlog session: a Bash that sleeps ``sizes.turn_s`` seconds, then "Done."."""
+    call = {"id": "work", "name": "Bash", "arguments": {"command": f"sleep {sizes.turn_s:g}"}}
+    return scripted_spec(
+        [{"text": "Working.", "tool_calls": [call]}, {"text": "Done."}],
+        prompt="Work through the backlog.",
+        tools=("Bash",),
+        limits={"bash_timeout_s": 30},
+    )
 
 
 def is_cancel_target(i: int) -> bool:
