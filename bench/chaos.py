@@ -520,6 +520,7 @@ def run(
         while thread.is_alive():
             chaos.watchdog()
             thread.join(timeout=0.5)
+    chaos.wait_exits()
     if mixed is not None:
         mixed.stop_schedule()  # no more fires: the fleet can drain
     say("dispatch, chaos schedule and steering finished; waiting for the fleet to drain")

@@ -137,9 +137,13 @@ def check_fires(fires: Sequence[FireRecord], out: Findings) -> list[float]:
     return decision_lags_s(fires)
 
 
-def check_sigterms(exits: Sequence[tuple[str, int | None, float]], out: Findings) -> None:
-    """Check 15 (module docstring)."""
+def check_sigterms(
+    exits: Sequence[tuple[str, int | None, float]], out: Findings, *, expected: int
+) -> None:
+    """Check 15 (module docstring): ``expected`` SIGTERMs, each exit recorded and 0."""
     bad = out.check("15 SIGTERMed workers handed over and exited 0")
+    if len(exits) != expected:
+        bad.append(f"{len(exits)} exits recorded for {expected} SIGTERMs")
     for name, code, took in exits:
         if code != 0:
             what = "was killed past the grace period" if code is None else f"exited {code}"
@@ -163,7 +167,7 @@ def mixed_figures(
     fires = mixed.fires()
     lags = check_fires(fires, out)
     dispatched = sum(1 for f in fires if f.outcome is FireOutcome.DISPATCHED)
-    check_sigterms(exits, out)
+    check_sigterms(exits, out, expected=mixed.plan.sigterms)
     waits = []
     if mixed.small_sent is not None:
         for sid in mixed.small_ids:

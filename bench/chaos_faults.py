@@ -6,9 +6,9 @@ that exits on its own is recorded as a failure of the run and NOT replaced
 With ``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
 that owns sessions (the OOM killer's way), not the pool parent, which
 requeues the child's message and starts a new child.
-A mixed run (``--mixed``) adds a deploy's rolling restart: each SIGTERM
-starts a replacement, waits until it is ready, then SIGTERMs the longest-
-running session worker, which must hand its sessions over and exit 0 within
+A mixed run (``--mixed``) adds a deploy's rolling restart: each step
+SIGTERMs the longest-running session worker (a replacement starts at once),
+which must hand its sessions over and exit 0 within
 :data:`~bench.chaos_rig.SIGTERM_GRACE_S`; and its beat process is watched
 like the workers (an exit by itself fails the run).
 """
@@ -57,6 +57,7 @@ class Chaos:
         self.session_workers: list[Worker] = []
         self.tool_worker: Worker | None = None
         self.beat: Worker | None = None  # a mixed run's ``celery beat``
+        self.exits: list[threading.Thread] = []  # waiters for SIGTERMed workers
         self.killed: set[str] = set()  # names of workers the harness killed on purpose
         self.starting: list[Future[Worker]] = []
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="start-worker")
@@ -219,14 +220,14 @@ class Chaos:
                 pass
 
     def sigterm_session_worker(self) -> None:
-        """A rolling restart's step: start a replacement, then SIGTERM the oldest session worker.
+        """A rolling restart's step: SIGTERM the oldest session worker; start its replacement.
 
         The SIGTERMed worker hands its sessions over at their next boundary
-        and exits; its exit code and the seconds it took go to the tally
-        (``None``: it outlived :data:`SIGTERM_GRACE_S` and was killed -- a
-        failure of the run).
+        (the live workers take them) and exits; a thread waits for that and
+        puts its exit code and the seconds it took on the tally (``None``:
+        it outlived :data:`SIGTERM_GRACE_S` and was killed -- a failure of
+        the run), so the rest of the schedule keeps its times.
         """
-        self.start_session_worker().result(timeout=120)
         alive = self._live(lambda: self.session_workers, "session worker")
         worker = alive[0]  # the longest-running: a rolling restart replaces every one in turn
         try:
@@ -234,19 +235,30 @@ class Chaos:
         except redis.RedisError:
             owned = -1
         self._retire(worker)
-        started = time.monotonic()
         worker.kill(signal.SIGTERM)
-        try:
-            code: int | None = worker.proc.wait(timeout=SIGTERM_GRACE_S)
-        except subprocess.TimeoutExpired:
-            code = None
-            worker.kill(signal.SIGKILL)
-            worker.proc.wait(timeout=10)
-        took = time.monotonic() - started
-        self.tally.sigterm_exits.append((worker.name, code, took))
-        self.tally.note(
-            SIGTERM_KIND, f"{worker.name} (owned {owned} sessions) exited {code} after {took:.1f}s"
-        )
+        started = time.monotonic()
+        self.tally.note(SIGTERM_KIND, f"{worker.name} (owned {owned} sessions)")
+        self.start_session_worker()
+
+        def wait_exit() -> None:
+            try:
+                code: int | None = worker.proc.wait(timeout=SIGTERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                code = None
+                worker.kill(signal.SIGKILL)
+                worker.proc.wait(timeout=10)
+            took = time.monotonic() - started
+            self.tally.sigterm_exits.append((worker.name, code, took))
+            say(f"chaos: {worker.name} exited {code} {took:.1f}s after its SIGTERM")
+
+        waiter = threading.Thread(target=wait_exit, name=f"exit-{worker.name}", daemon=True)
+        waiter.start()
+        self.exits.append(waiter)
+
+    def wait_exits(self) -> None:
+        """Wait for every SIGTERMed worker's exit to be recorded."""
+        for waiter in self.exits:
+            waiter.join(timeout=SIGTERM_GRACE_S + 30)
 
     def sigkill_tool_worker(self) -> None:
         """SIGKILL the tool worker; start its replacement."""

@@ -166,9 +166,10 @@ def test_a_missed_fire_or_too_few_fires_is_caught() -> None:
 
 def test_a_sigterm_that_did_not_end_in_a_clean_exit_is_caught() -> None:
     found = Findings()
-    check_sigterms([("sessions1", 0, 2.5), ("sessions2", 0, 9.0)], found)
+    check_sigterms([("sessions1", 0, 2.5), ("sessions2", 0, 9.0)], found, expected=2)
     assert found.violations[SIGTERMS] == []
     found = Findings()
-    check_sigterms([("sessions1", 1, 2.5), ("sessions2", None, 60.0)], found)
+    check_sigterms([("sessions1", 1, 2.5), ("sessions2", None, 60.0)], found, expected=3)
     bad = found.violations[SIGTERMS]
     assert any("exited 1" in v for v in bad) and any("killed" in v for v in bad)
+    assert any("2 exits recorded for 3" in v for v in bad)
