@@ -49,7 +49,7 @@ from nahida_workers.errors import UserError
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.spec import SessionSpec
-from nahida_workers.schedules.model import FireRecord, Overlap, ScheduleDef
+from nahida_workers.schedules.model import FireOutcome, FireRecord, Overlap, ScheduleDef
 from nahida_workers.schedules.sql import SqlScheduleStore
 from nahida_workers.testing import scripted_spec
 from nahida_workers.testing.backlog import scripted_job
@@ -169,8 +169,15 @@ class Mixed:
         return sorted(records, key=lambda f: f.fire_time)
 
     def fires_open(self) -> bool:
-        """Whether a fire is still being decided or dispatched."""
-        return bool(retry(lambda: self.store.open_fires(self.schedule_id), what="open fires"))
+        """Whether a fire is still being dispatched (or buffered).
+
+        A dispatched fire stays "open" until a tick sees its sessions end,
+        and no tick looks at a removed schedule: those sessions are waited
+        for as sessions.
+        """
+        fires = retry(lambda: self.store.open_fires(self.schedule_id), what="open fires")
+        waiting = (FireOutcome.DISPATCHING, FireOutcome.BUFFERED)
+        return any(f.outcome in waiting for f in fires)
 
     # -- the batches --------------------------------------------------------------
     def _batch(
