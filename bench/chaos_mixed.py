@@ -16,10 +16,10 @@ run puts on the same fleet, while the faults of ``chaos_faults`` hit it:
   ``celery beat`` with the ledger-backed ``LedgerScheduler``
   (``nahida_workers/celery/beat.py``); it is removed when the window ends;
 * **cancels** through the public cancel path (``Inbox.cancel``, what
-  ``nahida cancel`` and the API call): of every parent whose number of
-  parents so far is even, once it has a child (the cancel cascades to the
-  children), of one child of every other parent, and of the last few
-  backlog sessions (queued behind the cap);
+  ``nahida cancel`` and the API call): of the 1st, 3rd, 5th ... parent once
+  it has a child (the cancel cascades to the children), of one live child of
+  each of the other parents, and of the last few backlog sessions (queued
+  behind the cap);
 * a **rolling SIGTERM restart** of every session worker (``chaos_faults``).
 
 Cancel targets are never steered: a steering message after a seal starts a
