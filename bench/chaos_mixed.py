@@ -286,7 +286,7 @@ class Mixed:
                     return
                 kids = self._children(parent)
             if not queued_done and time.monotonic() >= queued_at:
-                self.cancel_queued()
+                self.cancel_queued(stop)
                 queued_done = True
             live = [sid for sid, status in kids if status != "done"]
             if cancels_parent(i) or not live:
@@ -297,10 +297,13 @@ class Mixed:
             while time.monotonic() < queued_at:
                 if stop.wait(0.2):
                     return
-            self.cancel_queued()
+            self.cancel_queued(stop)
 
-    def cancel_queued(self) -> None:
+    def cancel_queued(self, stop: threading.Event) -> None:
         """Cancel the last backlog sessions: queued behind the cap, as a person would."""
+        while not self.backlog_ids:  # still being submitted
+            if stop.wait(0.2):
+                return
         for sid in self.backlog_ids[-self.sizes.queued_cancels :]:
             self.cancel(sid, "queued")
 
