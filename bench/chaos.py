@@ -57,15 +57,15 @@ Its parts: ``chaos_rig`` (timings, the plan, a private Redis, the tally),
 ``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5),
 ``chaos_hostile`` (the hostile-input fault, checks 6-7), ``chaos_children``
 (parents with children, checks 8-11),
-``chaos_mixed`` and ``chaos_control`` (the mixed workload, checks 12-15) and
-``chaos_diagnose`` (what a run that did not drain left behind).
+``chaos_mixed`` and ``chaos_control`` (the mixed workload, checks 12-15),
+``chaos_diagnose`` (what a run that did not drain left behind) and
+``chaos_report`` (the checks' run, the summary and the verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import random
 import shutil
@@ -81,29 +81,13 @@ from typing import Any
 
 import psycopg
 import redis
-from rich.table import Table
 
-from bench.chaos_checks import (
-    Findings,
-    LedgerDump,
-    check_deliveries,
-    check_epochs,
-    check_steering,
-    check_terminals,
-    check_transcripts,
-    count_calls_without_receipt,
-    log_counts,
-    read_deliveries,
-)
-from bench.chaos_children import check_children, is_parent, parent_spec
-from bench.chaos_control import mixed_figures
+from bench.chaos_children import is_parent, parent_spec
 from bench.chaos_diagnose import describe_stuck, unfinished
 from bench.chaos_faults import Chaos
 from bench.chaos_hostile import (
     HOSTILE_BUDGET_S,
     HOSTILE_TOOLS,
-    check_hostile_budget,
-    check_no_collateral_timeouts,
     hostile_script,
     is_hostile,
     prepare_hostile_workspace,
@@ -116,6 +100,7 @@ from bench.chaos_mixed import (
     is_cancel_target,
     mixed_plan,
 )
+from bench.chaos_report import report
 from bench.chaos_rig import (
     LEASE_TTL_S,
     REDISPATCH_AFTER_S,
@@ -142,7 +127,7 @@ from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.schedules.sql import SqlScheduleStore
 from nahida_workers.testing import scripted_spec
-from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker, make_repo
+from nahida_workers.testing.fleet import LEASE_DB, Fleet, make_repo
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -323,24 +308,6 @@ def dispatch_stream(
         submitted.append(session.session_id)
         if not (mixed and is_cancel_target(i)):
             steer.append(session.session_id)
-
-
-# -- reporting --------------------------------------------------------------------------
-def summary(plan: Plan, tally: Tally, found: Findings, extra: dict[str, Any]) -> Table:
-    """The compact table: each check's verdict, then the counts."""
-    table = Table(title=f"chaos run: {plan.sessions} sessions, {plan.workers} session workers")
-    table.add_column("item")
-    table.add_column("value", overflow="fold")
-    for name, bad in found.violations.items():
-        verdict = "PASS" if not bad else f"FAIL ({len(bad)}): " + "; ".join(bad[:3])
-        table.add_row(f"check {name}", verdict)
-    for kind in plan.kinds:
-        table.add_row(f"chaos: {kind}", str(tally.kills[kind]))
-    table.add_row("steering messages sent", str(len(tally.steering_sent)))
-    table.add_row("steering duplicates sent (same id)", str(tally.steering_duplicates))
-    for key, value in {**found.counts, **extra}.items():
-        table.add_row(key, str(value))
-    return table
 
 
 # -- main -------------------------------------------------------------------------------
@@ -553,71 +520,6 @@ def run(
     workers = list(fleet.workers)
     fleet.stop()
     return report(plan, ledger, tally, deliveries, workers, drained=drained, mixed=mixed)
-
-
-def report(
-    plan: Plan, ledger: SqlLedger, tally: Tally, deliveries: Path, workers: list[Worker],
-    *, drained: bool, mixed: Mixed | None = None,
-) -> int:  # fmt: skip
-    """Run the checks on the quiet ledger, print the summary; the exit code."""
-    dump = retry(lambda: LedgerDump.read(ledger), what="read the ledger")
-    found = Findings()
-    check_terminals(dump, found)
-    check_deliveries(dump, read_deliveries(deliveries), found)
-    check_steering(dump, tally.steering_sent, found)
-    check_epochs(dump, found)
-    check_transcripts(dump, found)
-    count_calls_without_receipt(dump, found)
-    check_hostile_budget(dump, found)
-    check_no_collateral_timeouts(dump, found)
-    check_children(dump, ledger, found)
-    figures = None if mixed is None else mixed_figures(dump, mixed, tally.sigterm_exits, found)
-    extra: dict[str, Any] = {
-        "pg backends terminated": tally.pg_backends_terminated,
-        "sweeps (errors)": f"{tally.sweeps} ({dict(tally.sweep_errors) or 'none'})",
-        "sweeper re-dispatches (broker resets)": f"{tally.redispatched} ({tally.broker_resets})",
-        "workers that exited by themselves (a failure)": len(tally.unexpected_exits),
-        "harness errors": len(tally.harness_errors),
-        **log_counts(workers),
-    }
-    console.print(summary(plan, tally, found, extra))
-    console.print("chaos timeline:", markup=False)
-    for line in tally.timeline:
-        console.print(f"  {line}", markup=False)
-    for line in tally.unexpected_exits:
-        console.print(f"FAILURE: a worker exited by itself: {line}", markup=False)
-    for line in tally.harness_errors:
-        console.print(f"HARNESS ERROR: {line}", markup=False)
-    failed = {k: v for k, v in found.violations.items() if v}
-    for name, bad in failed.items():
-        console.print(f"VIOLATION {name}: {len(bad)}", markup=False)
-        for line in bad[:20]:
-            console.print(f"  {line}", markup=False)
-    missing = [k for k in set(plan.events) if tally.kills[k] == 0]
-    if missing:
-        console.print(f"chaos events that never happened: {missing}", markup=False)
-    ok = (
-        drained
-        and not failed
-        and not missing
-        and not tally.harness_errors
-        and not tally.unexpected_exits  # a worker must survive every fault by itself
-    )
-    result = {
-        "drained": drained,
-        "violations": {k: len(v) for k, v in found.violations.items()},
-        "kills": {k: tally.kills[k] for k in plan.kinds},
-        "steering": [len(tally.steering_sent), tally.steering_duplicates],
-        "counts": {k: v for k, v in found.counts.items() if isinstance(v, int)},
-        "unexpected_exits": len(tally.unexpected_exits),
-        "harness_errors": len(tally.harness_errors),
-        **({} if figures is None else {"mixed": figures}),
-    }
-    console.print(
-        f"chaos result: {json.dumps(result, sort_keys=True)}", markup=False, soft_wrap=True
-    )
-    console.print(f"chaos verdict: {'PASS' if ok else 'FAIL'}", markup=False)
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
