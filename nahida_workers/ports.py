@@ -291,9 +291,21 @@ class LedgerWriter(Protocol[TxT]):
         ...
 
     def set_session_status(
-        self, tx: TxT, session_id: str, status: SessionStatus, *, at: datetime
+        self,
+        tx: TxT,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        at: datetime,
+        only_from: SessionStatus | None = None,
     ) -> None:
-        """Set ``sessions.status``."""
+        """Set ``sessions.status``.
+
+        ``only_from``: write only while the status is still this one (a
+        compare-and-set in ``tx``; otherwise nothing is written).  The
+        sweeper's touch of a session it read a while ago uses it, so a
+        session sealed ``done`` meanwhile is never turned back.
+        """
         ...
 
     def request_cancel(self, tx: TxT, session_id: str, *, at: datetime) -> None:
