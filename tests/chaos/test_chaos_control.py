@@ -116,8 +116,12 @@ def test_a_clean_cancel_history_passes_checks_12_and_13() -> None:
 def test_a_cancelled_session_that_completed_anyway_is_caught() -> None:
     dump, cancels, _cancelled, _other = _history()
     child = cancels[1].session_id
+    # Completed after the cancel returned (the canceller now seals a queued session
+    # inside the cancel call, so the recorded seal is moved past it).
+    later = cancels[1].after + timedelta(seconds=1)
     dump.runs[child] = [
-        r.model_copy(update={"terminal_state": TerminalState.COMPLETED}) for r in dump.runs[child]
+        r.model_copy(update={"terminal_state": TerminalState.COMPLETED, "ended_at": later})
+        for r in dump.runs[child]
     ]
     assert any(child in v for v in _violations(dump, cancels)[CANCELS])
     # ... but a run that sealed before the cancel returned met it: not a violation
