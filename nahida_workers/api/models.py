@@ -114,6 +114,9 @@ class _ProviderCommon(_In):
     timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds per connect and chunk.")
     tool_choice: ToolChoice | None = None
     supports_tools: bool = True
+    named_tool_choice: bool = Field(
+        True, description="The API accepts a named tool_choice (else `required` is sent)."
+    )
     max_output_tokens: int | None = Field(None, gt=0)
     max_retries: int = Field(2, ge=0, le=20)
     fallbacks: list[ProviderIn] = Field(

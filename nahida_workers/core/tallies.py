@@ -108,6 +108,8 @@ class Tallies:
         tokens: provider-reported input + output tokens of the run's turns.
         issued: ``(bound, key)`` of every bound prompt already committed.
         truncations: truncation recoveries already committed.
+        truncated_turns: provider turns cut by the output limit
+            (``stop_reason: max_tokens``), with or without calls.
         text: ``(text, count, first sequence)`` of the trailing run of
             identical turn texts (turns without text skipped), or None.
         failures: per tool name, its trailing run of failures.
@@ -119,6 +121,7 @@ class Tallies:
     tokens: int = 0
     issued: set[tuple[str, str]] = field(default_factory=set)
     truncations: int = 0
+    truncated_turns: int = 0
     text: tuple[str, int, int] | None = None
     failures: dict[str, FailureRun] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -169,6 +172,8 @@ class Tallies:
             self._advance(calls, call_turn, results)
 
     def _turn(self, event: Event) -> None:
+        if event.payload.get("stop_reason") == "max_tokens":
+            self.truncated_turns += 1
         usage = event.payload.get("usage")
         if isinstance(usage, dict):
             self.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))

@@ -21,7 +21,7 @@ from typing import Any
 
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.policy.verification import VERDICT_SCHEMA, VERIFIER_AGENT
-from nahida_workers.runtime.profiles import AgentProfile
+from nahida_workers.runtime.profiles import AgentProfile, ToolProfile
 
 __all__ = [
     "BUILTIN_AGENTS",
@@ -68,6 +68,7 @@ _BUILTINS: dict[str, AgentProfile] = {
         provider=None,
         tools=READ_ONLY_TOOLS,
         limits=None,
+        tool_profile=ToolProfile.REVIEWER,
     ),
 }
 #: The built-in names a job may start with ``Task``.
@@ -93,4 +94,5 @@ def verifier_profile(provider: dict[str, Any] | None) -> AgentProfile:
         tools=READ_ONLY_TOOLS,
         contract=CompletionContract(output_schema=VERDICT_SCHEMA),
         limits=None,
+        tool_profile=ToolProfile.REVIEWER,
     )
