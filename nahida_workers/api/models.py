@@ -21,11 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
+from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.policy.delegation import DelegationMode
 from nahida_workers.core.policy.verification import DEFAULT_HIGH_RISK, DEFAULT_NOT_IMPLEMENTATION
 from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.core.tool_profiles import ToolProfile
 from nahida_workers.providers.config import DEFAULT_API_KEY_ENV
 from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.runtime.profiles import DEFAULT_TOOLS, Limits, ParentClose
@@ -203,6 +205,12 @@ _TOOLS = Field(
 )
 
 
+_PROFILE_HELP = (
+    "reviewer (read-only tools), editor (+ write) or deliverer (+ deliver): a ceiling on "
+    "`tools`; with no `tools` it picks them."
+)
+
+
 def _unique(value: list[str] | None) -> list[str] | None:
     """A tools list names each tool once (``uniqueItems``)."""
     if value is not None and len(set(value)) != len(value):
@@ -222,6 +230,7 @@ class AgentProfileIn(_In):
     limits: Limits | None = Field(default_factory=Limits, description="``null``: the parent's.")
     parent_close: ParentClose = ParentClose.CANCEL
     network: bool = Field(False, description="Bash may use the network (NAHIDA_API_ALLOW_NETWORK).")
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
 
     _unique_tools = field_validator("tools")(_unique)
 
@@ -291,8 +300,16 @@ class JobIn(_In):
     delegation: DelegationIn = Field(default_factory=lambda: DelegationIn())
     verification: VerificationIn = Field(default_factory=lambda: VerificationIn())
     trust_workspace: bool = Field(
-        False, description="Read agent definitions from the workspace's .nahida/agents/."
+        False,
+        description="Read agent definitions from the workspace's .nahida/agents/ and its "
+        "instruction files (instruction_files) into the system prompt.",
     )
+    instruction_files: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_INSTRUCTION_FILES),
+        max_length=16,
+        description="Relative paths read when trust_workspace is true (default AGENTS.md).",
+    )
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
 
     _unique_tools = field_validator("tools")(_unique)
 

@@ -9,8 +9,10 @@ cannot be spent on another tool or on prose.  That is the case:
 * after a structured-output correction: the answer must be a
   ``StructuredOutput`` call;
 * after an evidence correction when the contract's ``required_tools`` names
-  exactly one tool that has not succeeded yet;
-* when ``tool_choice`` is ``required`` and exactly one tool is offered.
+  exactly one tool that has not succeeded yet.
+
+``tool_choice: required`` alone never becomes a named choice: the job
+asked for "some tool", and the request keeps saying so.
 
 Never when ``tool_choice`` is ``none``, when the tool is not offered, or when
 the provider does not accept a named choice (``named_tool_choice: false`` in
@@ -76,6 +78,4 @@ def forced_tool(
         )
         if not done and tool in offered:
             return tool
-    if tool_choice is ToolChoice.REQUIRED and len(offered) == 1:
-        return offered[0]
     return None

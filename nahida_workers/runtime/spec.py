@@ -208,6 +208,16 @@ class SessionSpec(_Spec):
         return {**builtin_profiles(), **value}
 
     @model_validator(mode="after")
+    def _task_fits_profile(self) -> SessionSpec:
+        """A reviewer cannot delegate: ``Task`` starts children that may write."""
+        if self.tool_profile is ToolProfile.REVIEWER and TASK_TOOL in self.tools:
+            raise ValueError(
+                "tool Task is a write tool (its children may change the workspace); "
+                "tool_profile reviewer allows read_only tools only"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _delegation_fits_tools(self) -> SessionSpec:
         mode = self.delegation.mode
         if mode is DelegationMode.FORBID and TASK_TOOL in self.tools:

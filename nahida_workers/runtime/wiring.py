@@ -19,7 +19,6 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxLimits
@@ -128,8 +127,8 @@ def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
 def check_tool_profile(spec: SessionSpec, registry: ToolRegistry) -> None:
     """Refuse a spec that names a tool above its ``tool_profile`` (``core/tool_profiles.py``).
 
-    ``Task`` is not in the registry (the runtime runs it) and counts as a
-    write tool: its children may change the workspace.
+    Tools the registry does not hold (``Task``, the team tools: the runtime
+    runs them) are checked by the spec itself (``SessionSpec``).
 
     Raises:
         ConfigError: the first tool outside the profile, with its risk class.
@@ -140,16 +139,9 @@ def check_tool_profile(spec: SessionSpec, registry: ToolRegistry) -> None:
     for name in spec.tools:
         tool = registry.get(name)
         if tool is not None:
-            classes.append(
-                (
-                    name,
-                    risk_class(
-                        read_only=tool.spec.read_only, evidence_kind=tool.spec.evidence_kind
-                    ),
-                )
-            )
-        elif name == TASK_TOOL:
-            classes.append((name, RiskClass.WRITE))
+            traits = tool.spec
+            cls = risk_class(read_only=traits.read_only, evidence_kind=traits.evidence_kind)
+            classes.append((name, cls))
     refused = outside_profile(spec.tool_profile, classes)
     if refused:
         name, cls = refused[0]

@@ -2,9 +2,10 @@
 
 pending steering -> no tool calling (issue 23) -> structured output ->
 incomplete intent -> delegation contract -> independent verification ->
-explicit verification -> stop hooks -> goal verification -> tool required (case B09) -> evidence contract ->
-claims without receipts.  The first stage that does not accept decides; if
-all accept, the answer is ``completed``.  The stages that rest on
+explicit verification -> stop hooks -> goal verification -> tool required
+(case B09) -> evidence contract -> claims without receipts.  The first
+stage that does not accept decides; if all accept, the answer is
+``completed``.  The stages that rest on
 delegation and a fresh verifier live in ``core/policy/gates.py``.
 """
 

@@ -68,7 +68,6 @@ _BUILTINS: dict[str, AgentProfile] = {
         provider=None,
         tools=READ_ONLY_TOOLS,
         limits=None,
-        tool_profile=ToolProfile.REVIEWER,
     ),
 }
 #: The built-in names a job may start with ``Task``.
