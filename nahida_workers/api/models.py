@@ -88,6 +88,15 @@ class UsageIn(_In):
     cache_write_tokens: int = 0
 
 
+class ScriptExpectIn(_In):
+    """What a script turn expects of the request it answers (else the provider fails)."""
+
+    system_contains: list[str] = Field(default_factory=list, max_length=32)
+    system_lacks: list[str] = Field(default_factory=list, max_length=32)
+    last_user_contains: list[str] = Field(default_factory=list, max_length=32)
+    tool_name: str | None = None
+
+
 class ScriptTurnIn(_In):
     """One assistant turn of a script."""
 
@@ -99,6 +108,7 @@ class ScriptTurnIn(_In):
     usage: UsageIn | None = None
     delay_s: float = 0.0
     error: ScriptErrorIn | None = None
+    expect: ScriptExpectIn | None = None
 
 
 class ScriptIn(_In):

@@ -100,6 +100,11 @@ class FailureRun:
     last: dict[str, Any] = field(default_factory=dict)
 
 
+#: Raw stop reasons of a reply cut by the output limit (OpenAI ``length``, Anthropic
+#: ``max_tokens``): a turn with calls keeps its normalised ``tool_calls`` but was cut too.
+TRUNCATED_RAW_STOPS = frozenset({"length", "max_tokens"})
+
+
 @dataclass
 class Tallies:
     """Bound counters of one run, folded from its committed events.
@@ -172,7 +177,10 @@ class Tallies:
             self._advance(calls, call_turn, results)
 
     def _turn(self, event: Event) -> None:
-        if event.payload.get("stop_reason") == "max_tokens":
+        if (
+            event.payload.get("stop_reason") == "max_tokens"
+            or event.payload.get("raw_stop_reason") in TRUNCATED_RAW_STOPS
+        ):
             self.truncated_turns += 1
         usage = event.payload.get("usage")
         if isinstance(usage, dict):
