@@ -1,4 +1,4 @@
-"""The agent's context: the system prompt every provider call carries (issue 23 item 4).
+"""The agent's context: the system prompt every provider call carries (docs/concepts/context.md).
 
 The system prompt is built in three layers, in this order, and nothing else:
 

@@ -1,4 +1,4 @@
-"""A sourced execution summary for a provider without tool calling (issue 23 item 4).
+"""A sourced execution summary for a provider without tool calling (docs/concepts/context.md).
 
 A session's transcript may hold tool calls and results that a provider
 without tool calling (``supports_tools: false``) cannot take: an earlier run

@@ -12,7 +12,7 @@ out the turns that are something else:
 * a turn with no parsable call whose finish reason claims tool calls
   (``finish_reason: tool_calls``, ``stop_reason: tool_use``) is a protocol
   anomaly (DESIGN.md section 7, case B09), with or without text: the text
-  is not a candidate answer (issue 23 item 4).  One repair turn, then
+  is not a candidate answer (docs/concepts/context.md).  One repair turn, then
   ``failed/provider_protocol_invalid``;
 * so is a turn whose only calls had no name or no id (the adapters drop them
   and record a ``malformed_tool_call`` anomaly, ``providers/classify.py``),
@@ -190,7 +190,7 @@ def judge_non_answer(
         return _repair_once(state, turn, MALFORMED_CALL, _MALFORMED_CALL_TEXT)
     has_text = bool(str(turn.payload.get("text", "")).strip())
     if claims_calls_it_did_not_send(state, turn):
-        # Issue 23 item 4: the model meant to call a tool; its text, if any, is not an answer.
+        # The model meant to call a tool: its text, if any, is not an answer.
         if has_text:
             return _repair_once(state, turn, TEXT_TOOL_TURN, _TEXT_TOOL_TURN_TEXT)
         return _repair_once(state, turn, EMPTY_TOOL_TURN, _EMPTY_TOOL_TURN_TEXT)

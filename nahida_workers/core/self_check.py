@@ -1,4 +1,4 @@
-"""The self-check every N provider turns (issue 23 item 7, seed 000).
+"""The self-check every N provider turns (docs/concepts/context.md).
 
 A long run drifts: the model keeps calling tools long after the work was
 done, or forgets what it was asked.  Before every N-th provider turn

@@ -1,4 +1,4 @@
-"""A named ``tool_choice`` when the contract demands one tool (issue 23 item 4).
+"""A named ``tool_choice`` when the contract demands one tool (docs/concepts/context.md).
 
 ``tool_choice: required`` lets the model pick any tool.  When the next turn
 exists only to get one specific tool called, the loop names it instead

@@ -1,4 +1,4 @@
-"""Tool profiles by risk class (issue 23 item 4).
+"""Tool profiles by risk class (docs/concepts/context.md).
 
 A job or an agent definition may say what kind of agent it is instead of
 (or as well as) listing tools: ``tool_profile: reviewer | editor |

@@ -118,7 +118,7 @@ def _effective_choice(request: ProviderRequest, default: ToolChoice | None) -> T
 def _for_provider(request: ProviderRequest, supports_tools: bool) -> ProviderRequest:
     """The request a provider without tool calling can take: tool messages as text.
 
-    Issue 23 item 4: a sourced execution summary
+    A sourced execution summary
     (``core/execution_summary.py``) instead of tool calls and results.
     """
     if supports_tools:

@@ -1,4 +1,4 @@
-"""Reading the workspace's instruction files for the system prompt (issue 23 item 4).
+"""Reading the workspace's instruction files for the system prompt (docs/concepts/context.md).
 
 The pure loop asks for them (``ReadInstructions``) once per run, before its
 first provider call, when the job trusts the workspace; this module reads

@@ -7,7 +7,7 @@ inspect, modify, run_tests, send, question, provider -- provider outcomes
 that are not answers: refusals, empty turns, a paused turn -- delegate,
 verify, goal: the delegation contract, the independent verification gate
 and goals, whose verifier child sessions run too -- and context: the
-agent's prompt and the evidence rules of issue 23).  Each names a
+agent's prompt and its evidence rules, docs/concepts/context.md).  Each names a
 prompt, the workspace files to create, the completion contract, the scripted
 provider turns and the expected terminal state, reason and provider calls.
 A session may continue with a ``follow_up``: a message sent after its first

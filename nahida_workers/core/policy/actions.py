@@ -130,7 +130,7 @@ class PolicyLimits:
             claimed, a verifier FAIL fed back) before it settles.
         truncation_recoveries: the loop's truncation bound; once the run
             has had more truncated turns, a committed structured output no
-            longer passes (issue 23 item 7).
+            longer passes (docs/concepts/context.md).
     """
 
     evidence_corrections: int = 1

@@ -1,6 +1,6 @@
 """The completion stages, in DESIGN.md section 6 order.
 
-pending steering -> no tool calling (issue 23) -> structured output ->
+pending steering -> no tool calling -> structured output ->
 incomplete intent -> delegation contract -> independent verification ->
 explicit verification -> stop hooks -> goal verification -> tool required
 (case B09) -> evidence contract -> claims without receipts.  The first
@@ -84,7 +84,7 @@ def structured_output(ctx: CandidateContext) -> PolicyAction:
     """Only a valid StructuredOutput call counts; JSON in prose is not an answer.
 
     The accepted object must come after the last workspace mutation and the
-    last steering input (either clears it).  Issue 23 item 7:
+    last steering input (either clears it).  And (docs/concepts/context.md):
 
     * a valid object does not pass once the run's truncation recoveries ran
       out (:func:`truncation_exhausted`): ``incomplete/truncation_exhausted``
@@ -131,7 +131,7 @@ def needs_receipts(contract: CompletionContract) -> bool:
 def no_tool_calling(ctx: CandidateContext) -> PolicyAction:
     """A provider without tool calling cannot meet a contract that needs receipts.
 
-    Issue 23 item 4: the run ends ``unverified/no_tool_calling`` at once,
+    The run ends ``unverified/no_tool_calling`` at once (docs/concepts/context.md),
     with the runtime's explanation as its final text, instead of spending a
     correction turn asking for a tool call the provider cannot make.  A
     contract already met (receipts from an earlier provider of the run)

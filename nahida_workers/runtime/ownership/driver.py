@@ -138,7 +138,7 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         may_write=may_write,
         records_base=spec.may_verify() and (not subagent or goals),
         base_at_start=goals,
-        # Only a trusted workspace speaks to the model (issue 23 item 4).
+        # Only a trusted workspace speaks to the model (docs/concepts/context.md).
         instruction_files=spec.instruction_files if spec.trust_workspace else (),
         tool_calling=bool(provider.get("supports_tools", True)),
         named_tool_choice=bool(provider.get("named_tool_choice", True)),
