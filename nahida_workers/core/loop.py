@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from nahida_workers.core.admission import admit_call
@@ -41,6 +42,7 @@ from nahida_workers.core.events import (
     TerminalState,
     ToolStatus,
 )
+from nahida_workers.core.memory import MemoryItem, Selection, context_for, with_memory
 from nahida_workers.core.messages import (
     Anomaly,
     Message,
@@ -142,6 +144,10 @@ class LoopConfig:
             loop names one when the contract demands it, ``core/tool_choice.py``).
         self_check_every: a self-check prompt before every N-th provider turn
             (``core/self_check.py``; 0: never).
+        memory: the workspace's memory items (``core/memory.py``); the live
+            ones a read did not supersede follow the system prompt.
+        memory_limit: most memory items in one request.
+        workspace: the session's workspace root (paths read are made relative).
     """
 
     system_prompt: str | None = None
@@ -168,6 +174,9 @@ class LoopConfig:
     tool_calling: bool = True
     named_tool_choice: bool = True
     self_check_every: int = 5
+    memory: tuple[MemoryItem, ...] = ()
+    memory_limit: int = 20
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,9 +212,14 @@ class Signals:
 
 @dataclass(frozen=True)
 class CallProvider:
-    """Call the provider with this request, then commit :func:`turn_events`."""
+    """Call the provider with this request, then commit :func:`turn_events`.
+
+    ``memory``: the workspace memory in the request (the runtime notes which
+    items were injected and which a read superseded).
+    """
 
     request: ProviderRequest
+    memory: Selection | None = None
 
 
 @dataclass(frozen=True)
@@ -419,12 +433,19 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
     if check is not None:
         return _prompt(state, signals, check.control, check.text, "self_check")
     tools = config.tools if config.tool_choice is not ToolChoice.NONE else ()
+    memory = context_for(
+        config.memory,
+        chain(state.history, state.events),  # lazy: read only when there is memory
+        now=signals.now,
+        workspace=config.workspace,
+        limit=config.memory_limit,
+    )
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,
             turn_index=state.turns,
             run_index=state.run_index,
-            system=_system(state, config),
+            system=with_memory(_system(state, config), memory),
             messages=tuple(_transcript(state, config)),
             tools=tools,
             tool_choice=config.tool_choice,
@@ -436,7 +457,8 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
                 named=config.named_tool_choice,
             ),
             max_output_tokens=config.max_output_tokens,
-        )
+        ),
+        memory,
     )
 
 

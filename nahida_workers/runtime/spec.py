@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
-from nahida_workers.core.children import TASK_TOOL
+from nahida_workers.core.children import TASK_TOOL, TaskIsolation
 from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
@@ -51,6 +51,7 @@ __all__ = [
     "DelegationSpec",
     "JobSpec",
     "Limits",
+    "MemorySpec",
     "ParentClose",
     "SessionSpec",
     "VerificationSpec",
@@ -121,6 +122,24 @@ class VerificationSpec(_Spec):
         return GatePolicy(self.min_files, self.high_risk_paths, self.not_implementation_paths)
 
 
+class MemorySpec(_Spec):
+    """A job's workspace memory (``core/memory.py``, docs/memory.md).
+
+    ``memory: true`` in a job is ``memory: {enabled: true}``.
+
+    Attributes:
+        enabled: the session sees the workspace's active memory (after the
+            system prompt) and gets the ``Remember`` tool.
+        ttl_days: a new item expires this many days after it is written
+            (an approval may set another expiry).
+        max_items: most items injected into one request (newest verified).
+    """
+
+    enabled: bool = False
+    ttl_days: float = Field(90.0, gt=0, le=3650)
+    max_items: int = Field(20, ge=1, le=200)
+
+
 class SessionSpec(_Spec):
     """Everything a worker needs to run one session, independent of any file.
 
@@ -160,6 +179,12 @@ class SessionSpec(_Spec):
         tool_profile: the session's risk ceiling, ``reviewer``, ``editor`` or
             ``deliverer`` (``core/tool_profiles.py``); with no ``tools`` it
             also picks the tools.
+        isolation: ``worktree``: a top-level session runs in its own git
+            worktree of its workspace, on ``nahida/<session id>``, like an
+            ``isolation: worktree`` child (``runtime/children/worktree.py``);
+            ``shared`` (default): in the workspace itself.  A child's
+            isolation is its Task call's, never this field.
+        memory: the workspace memory (:class:`MemorySpec`); off by default.
     """
 
     prompt: str
@@ -193,6 +218,15 @@ class SessionSpec(_Spec):
             if not entry.strip() or Path(entry).is_absolute() or ".." in parts or "\0" in entry:
                 raise ValueError(f"{entry!r} must be a relative path inside the workspace")
         return value
+
+    isolation: TaskIsolation = TaskIsolation.SHARED
+    memory: MemorySpec = Field(default_factory=MemorySpec)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_shorthand(cls, value: Any) -> Any:
+        """``memory: true`` / ``false`` is ``{enabled: ...}``."""
+        return {"enabled": value} if isinstance(value, bool) else value
 
     @field_validator("agents", mode="before")
     @classmethod
