@@ -141,8 +141,24 @@ def test_yaml_and_markdown_definitions(tmp_path: Path) -> None:
     assert name == "docs" and profile.system_prompt == "You write docs.\n\nKeep them short."
 
 
+def test_a_definition_may_name_a_tool_profile(tmp_path: Path) -> None:
+    """docs/concepts/context.md: the profile picks the tools when none are listed."""
+    name, profile = read_definition(
+        put(
+            tmp_path,
+            "security-reviewer.md",
+            "---\ndescription: Reviews diffs.\ntool_profile: reviewer\n---\nYou review.\n",
+        )
+    )
+    assert name == "security-reviewer" and profile.tool_profile == "reviewer"
+    assert profile.tools == ("Read", "Glob", "Grep", "LS")
+    job = scripted_spec([{"text": "x"}], tools=["Task"], agents={name: profile})
+    assert job.child_spec(name, "review").tools == ("Read", "Glob", "Grep", "LS")
+
+
 BROKEN = [
     ("bad.yaml", "tools: [Read\n", "invalid YAML"),
+    ("bad.yaml", "tool_profile: admin\n", "tool_profile"),
     ("bad.yaml", "- a list\n", "must be a mapping"),
     ("bad.yaml", "stop_hooks: [os:system]\n", "stop_hooks: Extra inputs"),
     ("bad.yaml", "tools: ['os:system']\n", "never names code"),
