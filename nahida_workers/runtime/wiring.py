@@ -231,5 +231,5 @@ def build_fleet(
         max_background=settings.inbox_max_background,
         max_bytes=settings.inbox_max_bytes,
     )  # background child completions are posted under the same bounds
-    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits)
+    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits, sink=runner.sink)
     return Fleet(settings, ledger, leases, clock, runner, dispatcher, inbox)

@@ -39,6 +39,7 @@ from nahida_workers.core.events import (
     TerminalState,
     VerificationStatus,
 )
+from nahida_workers.core.facts import Timer, budget_timer
 from nahida_workers.core.handover import HandoverReason, lease_event
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
@@ -450,7 +451,9 @@ class RunDriver:
 
     def _apply_park(self, park: Park) -> bool:
         """Section 8: park (status waiting, delivery ends) -- or, children done, decide again."""
-        if self.commits.park(self.state, self.run, park):
+        if self.commits.park(
+            self.state, self.run, park, budget_s=self.spec.limits.wall_clock_budget_s
+        ):
             self.parked = True
             return False
         return True
@@ -458,7 +461,7 @@ class RunDriver:
     def _apply_team_wait(self, wait: TeamWait) -> bool:
         """Section 8: park on the team -- or, when committed facts changed, decide again."""
         assert self.team is not None  # a TeamWait needs a team view, which needs a team
-        if self.team.park(self.state, self.run.run_id, wait):
+        if self.team.park(self.state, self.run.run_id, wait, timer=self._budget_timer()):
             if self.commits.observer is not None:
                 self.commits.observer.committed([self.state.events[-1]])
             log.info(
@@ -468,6 +471,20 @@ class RunDriver:
             return False
         self._refresh_inbox_and_cancel()
         return True
+
+    def _budget_timer(self) -> Timer:
+        """The run's wall-clock budget as a durable timer (armed when the session parks)."""
+        me = self.session.session_id
+        family = self.commits.family
+        root = family.spawner.link().root_id if family is not None else None
+        return budget_timer(
+            me,
+            root or me,
+            self.run.run_id,
+            started_at=self.run.started_at,
+            budget_s=self.spec.limits.wall_clock_budget_s,
+            now=self.r.clock.now(),
+        )
 
     def _refresh_inbox_and_cancel(self) -> None:
         """After a refused park: the inbox count and cancel flag as committed now."""
