@@ -22,11 +22,13 @@ from pydantic_core import PydanticCustomError
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.children import TaskIsolation
+from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.policy.delegation import DelegationMode
 from nahida_workers.core.policy.verification import DEFAULT_HIGH_RISK, DEFAULT_NOT_IMPLEMENTATION
 from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.core.tool_profiles import ToolProfile
 from nahida_workers.providers.config import DEFAULT_API_KEY_ENV
 from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.runtime.profiles import DEFAULT_TOOLS, Limits, ParentClose
@@ -87,6 +89,15 @@ class UsageIn(_In):
     cache_write_tokens: int = 0
 
 
+class ScriptExpectIn(_In):
+    """What a script turn expects of the request it answers (else the provider fails)."""
+
+    system_contains: list[str] = Field(default_factory=list, max_length=32)
+    system_lacks: list[str] = Field(default_factory=list, max_length=32)
+    last_user_contains: list[str] = Field(default_factory=list, max_length=32)
+    tool_name: str | None = None
+
+
 class ScriptTurnIn(_In):
     """One assistant turn of a script."""
 
@@ -98,6 +109,7 @@ class ScriptTurnIn(_In):
     usage: UsageIn | None = None
     delay_s: float = 0.0
     error: ScriptErrorIn | None = None
+    expect: ScriptExpectIn | None = None
 
 
 class ScriptIn(_In):
@@ -115,6 +127,9 @@ class _ProviderCommon(_In):
     timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds per connect and chunk.")
     tool_choice: ToolChoice | None = None
     supports_tools: bool = True
+    named_tool_choice: bool = Field(
+        True, description="The API accepts a named tool_choice (else `required` is sent)."
+    )
     max_output_tokens: int | None = Field(None, gt=0)
     max_retries: int = Field(2, ge=0, le=20)
     fallbacks: list[ProviderIn] = Field(
@@ -201,6 +216,12 @@ _TOOLS = Field(
 )
 
 
+_PROFILE_HELP = (
+    "reviewer (read-only tools), editor (+ write) or deliverer (+ deliver): a ceiling on "
+    "`tools`; with no `tools` it picks them."
+)
+
+
 def _unique(value: list[str] | None) -> list[str] | None:
     """A tools list names each tool once (``uniqueItems``)."""
     if value is not None and len(set(value)) != len(value):
@@ -220,6 +241,7 @@ class AgentProfileIn(_In):
     limits: Limits | None = Field(default_factory=Limits, description="``null``: the parent's.")
     parent_close: ParentClose = ParentClose.CANCEL
     network: bool = Field(False, description="Bash may use the network (NAHIDA_API_ALLOW_NETWORK).")
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
 
     _unique_tools = field_validator("tools")(_unique)
 
@@ -297,8 +319,16 @@ class JobIn(_In):
     delegation: DelegationIn = Field(default_factory=lambda: DelegationIn())
     verification: VerificationIn = Field(default_factory=lambda: VerificationIn())
     trust_workspace: bool = Field(
-        False, description="Read agent definitions from the workspace's .nahida/agents/."
+        False,
+        description="Read agent definitions from the workspace's .nahida/agents/ and its "
+        "instruction files (instruction_files) into the system prompt.",
     )
+    instruction_files: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_INSTRUCTION_FILES),
+        max_length=16,
+        description="Relative paths read when trust_workspace is true (default AGENTS.md).",
+    )
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
     isolation: TaskIsolation = Field(
         TaskIsolation.SHARED,
         description="`worktree`: each session runs in its own git worktree of the workspace.",

@@ -29,6 +29,7 @@ from nahida_workers.core.children import (
     leading_task_calls,
     task_schema,
 )
+from nahida_workers.core.context import bound_instructions, context_control
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -51,6 +52,7 @@ from nahida_workers.core.loop import (
     Finish,
     LoopConfig,
     Persist,
+    ReadInstructions,
     RecordBase,
     RunBatch,
     RunHooks,
@@ -71,6 +73,7 @@ from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.children.spawn import child_views, completion_prefix
 from nahida_workers.runtime.children.verifier import verifier_view
 from nahida_workers.runtime.commits.points import CommitPoints
+from nahida_workers.runtime.context import read_instruction_files
 from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.observe.observer import Observer
@@ -114,6 +117,7 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         return tool is not None and not tool.spec.read_only
 
     goals = spec.goal is not None or GOAL_TOOL in spec.tools
+    provider = spec.provider
 
     return LoopConfig(
         system_prompt=spec.system_prompt,
@@ -136,6 +140,11 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         may_write=may_write,
         records_base=spec.may_verify() and (not subagent or goals),
         base_at_start=goals,
+        # Only a trusted workspace speaks to the model (docs/concepts/context.md).
+        instruction_files=spec.instruction_files if spec.trust_workspace else (),
+        tool_calling=bool(provider.get("supports_tools", True)),
+        named_tool_choice=bool(provider.get("named_tool_choice", True)),
+        self_check_every=spec.limits.self_check_every,
     )
 
 
@@ -336,7 +345,7 @@ class RunDriver:
                 return False
             case Finish():
                 return self._apply_finish(decision)
-            case Persist():
+            case Persist() | ReadInstructions():
                 return self._apply_persist(decision)
             case CallProvider():
                 return self._apply_call_provider(decision)
@@ -364,8 +373,10 @@ class RunDriver:
         self.commits.seal(self.state, self.run, finish)
         return False
 
-    def _apply_persist(self, persist: Persist) -> bool:
-        self.commits.commit_control(self.state, persist.events)
+    def _apply_persist(self, decision: Persist | ReadInstructions) -> bool:
+        if isinstance(decision, ReadInstructions):
+            decision = self._instructions(decision)
+        self.commits.commit_control(self.state, decision.events)
         return True
 
     def _apply_call_provider(self, decision: CallProvider) -> bool:
@@ -412,6 +423,19 @@ class RunDriver:
         event = self._stop_hook_event(decision.candidate_seq, decision.answer)
         self.commits.commit_control(self.state, [event])
         return True
+
+    def _instructions(self, decision: ReadInstructions) -> Persist:
+        """The workspace's instruction files, read once, as the run's ``context`` control."""
+        found = read_instruction_files(self.job.workspace, decision.paths)
+        payload = context_control(bound_instructions(found), asked=decision.paths)
+        event = Event(
+            run_id=self.run.run_id,
+            sequence=self.state.next_sequence,
+            type=EventType.CONTROL,
+            payload=payload,
+            created_at=self.r.clock.now(),
+        )
+        return Persist((event,))
 
     def _apply_claim_inbox(self, _decision: ClaimInbox) -> bool:
         waiting = [m for m in self._pending_inbox() if m.next_turn]
