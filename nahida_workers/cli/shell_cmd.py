@@ -8,6 +8,7 @@ exit code.
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from typing import Annotated, Any, BinaryIO
@@ -114,6 +115,9 @@ def shell(
     cancel = threading.Event()
     box: dict[str, Any] = {}
 
+    finished = threading.Event()
+    pressed: list[int] = []
+
     def work() -> None:
         try:
             box["run"] = run_user_shell(
@@ -129,16 +133,24 @@ def shell(
             )
         except BaseException as exc:  # re-raised on the main thread
             box["error"] = exc
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=work, name="nahida-shell", daemon=True)
-    worker.start()
-    interrupted = False
-    while worker.is_alive():
-        try:
-            worker.join(0.1)
-        except KeyboardInterrupt:
-            interrupted = True
-            cancel.set()  # the tool kills the whole process group, then reports
+    def on_sigint(signum: int, frame: object) -> None:
+        # Ctrl-C is a cancel: the tool kills the whole process group, then the
+        # result is recorded and queued as usual.  (A handler, not
+        # KeyboardInterrupt: an interrupted Thread.join can lose the thread.)
+        pressed.append(signum)
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        threading.Thread(target=work, name="nahida-shell", daemon=True).start()
+        while not finished.wait(0.1):
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    interrupted = bool(pressed)
     error = box.get("error")
     if error is not None:
         if is_delivery_failure(error):
