@@ -107,6 +107,11 @@ class ScriptIn(_In):
     repeat_from: int | None = Field(
         None, ge=0, description="After a run's last turn, serve its turns from here again."
     )
+    ask: list[ScriptTurnIn] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Turns served to side conversations (`POST /v1/sessions/{id}/ask`).",
+    )
 
 
 class _ProviderCommon(_In):
