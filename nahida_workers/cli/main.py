@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nahida_workers.cli import session_cmds, shell_cmd
+from nahida_workers.cli import ask_cmd, session_cmds, shell_cmd
 from nahida_workers.cli.common import (
     DEFAULT_DB,
     DbOpt,
@@ -319,6 +319,7 @@ app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)
 app.command("shell")(shell_cmd.shell)
+app.command("ask")(ask_cmd.ask)
 
 
 @app.command()
