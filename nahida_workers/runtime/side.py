@@ -55,6 +55,11 @@ __all__ = [
 
 #: Longest question accepted (characters).
 MAX_QUESTION_CHARS = 16 * 1024
+#: A side question is answered while its asker waits (an HTTP request, a
+#: terminal): each provider gets at most this many retries ...
+SIDE_MAX_RETRIES = 1
+#: ... and this many seconds per connect and chunk (less when the session's is less).
+SIDE_TIMEOUT_S = 30.0
 
 
 class SideLedger(Protocol):
@@ -107,13 +112,21 @@ class SideAnswer:
 def side_provider_config(config: ProviderConfig) -> ProviderConfig:
     """The provider config a side conversation uses: the session's, with scripts' ``ask`` turns.
 
+    Retries and the read timeout are capped (:data:`SIDE_MAX_RETRIES`,
+    :data:`SIDE_TIMEOUT_S`): someone is waiting for the answer.
+
     Raises:
         UserError: a scripted provider whose script has no ``ask`` turns.
         ConfigError: a script cannot be read.
     """
     fallbacks = [side_provider_config(f) for f in config.fallbacks]
+    bounded = {
+        "fallbacks": fallbacks,
+        "max_retries": min(config.max_retries, SIDE_MAX_RETRIES),
+        "timeout_s": min(config.timeout_s, SIDE_TIMEOUT_S),
+    }
     if config.kind != "scripted":
-        return config.model_copy(update={"fallbacks": fallbacks})
+        return config.model_copy(update=bounded)
     source: Any = config.script
     script = load_script({"turns": source} if isinstance(source, list) else source)
     if not script.ask:
@@ -121,7 +134,7 @@ def side_provider_config(config: ProviderConfig) -> ProviderConfig:
             "the session's scripted provider has no `ask` turns to answer side questions with"
         )
     turns = [t.model_dump(mode="json", exclude_defaults=True) for t in script.ask]
-    return config.model_copy(update={"script": {"turns": turns}, "fallbacks": fallbacks})
+    return config.model_copy(update={**bounded, "script": {"turns": turns}})
 
 
 def _transcript(ledger: SideLedger, session_id: str) -> list[Message]:

@@ -5,6 +5,7 @@ rule                                              test
 ================================================  ==============================================
 answered from a copy of the session's transcript  test_answer_sees_the_sessions_transcript
 its own provider session (the session's config)   test_own_provider_instance_from_the_config
+bounded: 1 retry, 30 s reads (someone waits)      test_side_provider_is_bounded_and_keeps_fallbacks
 every tool call refused; the answer continues     test_tool_calls_are_refused_and_it_continues
 refusals up to a turn limit, then it ends         test_turn_limit_ends_it
 nothing enters the session's ledger rows          test_session_ledger_is_byte_identical
@@ -38,7 +39,7 @@ from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.factory import build_provider
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.ownership.driver import loop_config
-from nahida_workers.runtime.side import SideAnswer, ask_session
+from nahida_workers.runtime.side import SideAnswer, ask_session, side_provider_config
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.testing.doubles import memory_registry
@@ -245,3 +246,23 @@ def test_next_step_values() -> None:
     again = next_step(asked, ProviderTurn(text="", tool_calls=(call,)), 0)
     assert isinstance(again, AskAgain) and len(again.messages) == 3
     assert isinstance(again.messages[-1], ToolResultMessage) and again.messages[-1].is_error
+
+
+def test_side_provider_is_bounded_and_keeps_fallbacks() -> None:
+    config = ProviderConfig.model_validate(
+        {
+            "kind": "openai",
+            "model": "m",
+            "max_retries": 20,
+            "timeout_s": 3600,
+            "fallbacks": [
+                {"kind": "scripted", "script": {"turns": [], "ask": [{"text": "fb"}]}},
+            ],
+        }
+    )
+    side = side_provider_config(config)
+    assert side.max_retries == 1 and side.timeout_s == 30.0 and side.model == "m"
+    assert side.fallbacks[0].script == {"turns": [{"text": "fb"}]}
+    quick = ProviderConfig(kind="openai", model="m", max_retries=0, timeout_s=5)
+    assert side_provider_config(quick).max_retries == 0
+    assert side_provider_config(quick).timeout_s == 5
