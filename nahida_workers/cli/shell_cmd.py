@@ -104,16 +104,25 @@ def shell(
     woken.  Exits with the command's exit code; 124 when it timed out, 130
     on Ctrl-C, 4 when recorded but the broker is down.
     """
+    from pathlib import Path
+
     from nahida_workers.cli.ids import resolve
     from nahida_workers.cli.session_cmds import _fleet
-    from nahida_workers.runtime.usershell import run_user_shell
+    from nahida_workers.ledger.children import child_ledger
+    from nahida_workers.runtime.usershell import run_user_shell, session_workspace
     from nahida_workers.tools.registration import sandbox_for
+    from nahida_workers.workspaces import WorktreeManager
 
     fleet = _fleet()
     full = resolve(fleet.ledger, "session", session_id)
     live = LiveOutput(0 if as_json else live_max_bytes, sys.stdout.buffer, sys.stderr.buffer)
     cancel = threading.Event()
     box: dict[str, Any] = {}
+
+    def workspace_of(session: Any) -> Path:
+        link = child_ledger(fleet.ledger).link(session.session_id)
+        manager = WorktreeManager.from_settings(fleet.settings)
+        return session_workspace(session, link, manager.path_for)
 
     finished = threading.Event()
     pressed: list[int] = []
@@ -130,6 +139,7 @@ def shell(
                 timeout_s=timeout,
                 cancel=cancel,
                 on_output=live,
+                workspace_of=workspace_of,
             )
         except BaseException as exc:  # re-raised on the main thread
             box["error"] = exc

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nahida_workers.core.events import SessionStatus
+from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.records import InboxKind, SessionRecord
 from nahida_workers.errors import NotFoundError, ToolError, UserError, WorkspaceUnavailableError
+from nahida_workers.runtime.children.worktree import isolated
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolContext
 from nahida_workers.tools.bash import Bash
@@ -47,6 +49,7 @@ __all__ = [
     "ShellRecord",
     "ShellRun",
     "run_user_shell",
+    "session_workspace",
     "steering_text",
 ]
 
@@ -141,6 +144,23 @@ def steering_text(record: ShellRecord, artifact: str) -> str:
     )
 
 
+def session_workspace(
+    session: SessionRecord,
+    link: ChildLink | None,
+    worktree_path: Callable[[Path, str], Path],
+) -> Path:
+    """Where the session's tools run: its worktree when it has ``isolation: worktree``.
+
+    Args:
+        session: the session row.
+        link: its lineage (``child_ledger(ledger).link(session_id)``), or None.
+        worktree_path: ``WorktreeManager.path_for`` (nothing is created).
+    """
+    if isolated(link):
+        return worktree_path(Path(session.workspace), session.session_id)
+    return Path(session.workspace)
+
+
 def run_user_shell(
     ledger: ShellLedger,
     post: ShellPoster,
@@ -154,6 +174,7 @@ def run_user_shell(
     on_output: Callable[[str, bytes], None] | None = None,
     capture_max_bytes: int = CAPTURE_MAX_BYTES,
     kill_grace_s: float = 2.0,
+    workspace_of: Callable[[SessionRecord], Path] | None = None,
 ) -> ShellRun:
     """Run ``argv`` in the session's workspace and sandbox; persist, then queue the result.
 
@@ -172,6 +193,8 @@ def run_user_shell(
         on_output: live output, ``(stream, chunk)`` on the reader threads.
         capture_max_bytes: bytes kept per stream (head and tail).
         kill_grace_s: seconds between SIGTERM and SIGKILL.
+        workspace_of: where the session's tools run (:func:`session_workspace`;
+            default the session's ``workspace``).
 
     Raises:
         UserError: an empty command or a non-positive timeout.
@@ -185,7 +208,7 @@ def run_user_shell(
     session = ledger.get_session(session_id)
     if session is None:
         raise NotFoundError(f"no session {session_id}")
-    workspace = Path(session.workspace)
+    workspace = workspace_of(session) if workspace_of is not None else Path(session.workspace)
     if not workspace.is_dir():
         raise WorkspaceUnavailableError(
             f"session {session_id}'s workspace {workspace} is not a directory on this host"

@@ -4,6 +4,7 @@
 rule                                                 test
 ===================================================  ==========================================
 runs in the session's workspace, in the sandbox      test_runs_in_the_workspace_and_the_sandbox
+an isolated session: its worktree                    test_an_isolated_session_runs_in_its_worktree
 the sandbox keeps writes inside the workspace        test_sandbox_is_the_bash_tools
 a timeout kills the whole process tree               test_timeout_kills_the_process_tree
 cancel (Ctrl-C) kills the whole process tree         test_cancel_kills_the_process_tree
@@ -30,12 +31,13 @@ from typing import Any
 import pytest
 
 from nahida_workers.core.events import EventType
+from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus
 from nahida_workers.errors import NotFoundError, UserError, WorkspaceUnavailableError
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.ownership.session import SessionRunner
-from nahida_workers.runtime.usershell import ShellRun, run_user_shell
+from nahida_workers.runtime.usershell import ShellRun, run_user_shell, session_workspace
 from nahida_workers.testing import ListTaskQueue, memory_runner, scripted_spec
 from nahida_workers.testing.fleet import marked_processes, wait_for
 from nahida_workers.tools.sandbox import Sandbox, SandboxMode, sandbox_problem
@@ -277,3 +279,26 @@ def test_bad_input(ws: Path, tmp_path: Path) -> None:
     with pytest.raises(WorkspaceUnavailableError):
         gone.shell("true", sandbox=none)
     assert _artifacts(world) == [] and _artifacts(gone) == []
+
+
+def test_an_isolated_session_runs_in_its_worktree(ws: Path, tmp_path: Path) -> None:
+    world = World(ws)
+    session = world.ledger.get_session(world.sid)
+    assert session is not None
+    tree = tmp_path / "trees" / world.sid
+    tree.mkdir(parents=True)
+
+    def path_for(repo: Path, sid: str) -> Path:
+        assert (repo, sid) == (ws, world.sid)
+        return tree
+
+    isolated = ChildLink(world.sid, lineage={"isolation": "worktree"})
+    assert session_workspace(session, isolated, path_for) == tree
+    assert session_workspace(session, ChildLink(world.sid), path_for) == ws
+    assert session_workspace(session, None, path_for) == ws
+    run = world.shell(
+        "pwd",
+        sandbox=Sandbox(mode=SandboxMode.NONE),
+        workspace_of=lambda s: session_workspace(s, isolated, path_for),
+    )
+    assert run.record.output.endswith(str(tree)) and run.record.workspace == str(tree)
