@@ -115,7 +115,7 @@ def shell(
 
     fleet = _fleet()
     full = resolve(fleet.ledger, "session", session_id)
-    live = LiveOutput(0 if as_json else live_max_bytes, sys.stdout.buffer, sys.stderr.buffer)
+    live = LiveOutput(live_max_bytes, sys.stdout.buffer, sys.stderr.buffer)
     cancel = threading.Event()
     box: dict[str, Any] = {}
 
@@ -138,7 +138,7 @@ def shell(
                 now=fleet.clock.now,
                 timeout_s=timeout,
                 cancel=cancel,
-                on_output=live,
+                on_output=None if as_json else live,
                 workspace_of=workspace_of,
             )
         except BaseException as exc:  # re-raised on the main thread

@@ -14,7 +14,8 @@ summary (:mod:`nahida_workers.tools.output_bytes`).  Then, in this order:
    next provider boundary as information, not as a new instruction.
 
 A done session is not woken by it: the result is recorded and not queued
-(steering it starts the next run; the record names what ran).
+(steering it starts the next run; the record names what ran).  Nor is a
+session whose inbox is full (the result is recorded all the same).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ from typing import Any, Protocol
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.records import InboxKind, SessionRecord
-from nahida_workers.errors import NotFoundError, ToolError, UserError, WorkspaceUnavailableError
+from nahida_workers.errors import (
+    InboxFullError,
+    NotFoundError,
+    ToolError,
+    UserError,
+    WorkspaceUnavailableError,
+)
 from nahida_workers.runtime.children.worktree import isolated
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolContext
@@ -266,11 +273,14 @@ def run_user_shell(
             "the session is done; steer it to start its next run",
         )
     message_id = f"shell-{shell_id}"
-    _, created = post(
-        session_id,
-        steering_text(record, artifact),
-        message_id=message_id,
-        kind=InboxKind.USER,
-        next_turn=True,
-    )
+    try:
+        _, created = post(
+            session_id,
+            steering_text(record, artifact),
+            message_id=message_id,
+            kind=InboxKind.USER,
+            next_turn=True,
+        )
+    except InboxFullError as exc:  # recorded all the same; say why it is not queued
+        return ShellRun(record, artifact, None, False, str(exc))
     return ShellRun(record, artifact, message_id, created)

@@ -13,6 +13,7 @@ binary output is a byte summary                      test_binary_output_is_a_sum
 persisted first, then queued                         test_persisted_before_queued
 queued as auxiliary steering; seen at a boundary     test_agent_sees_it_at_its_next_boundary
 a done session is not woken                          test_done_session_is_recorded_not_queued
+a full inbox: recorded, not queued                   test_a_full_inbox_still_records
 bad input: typed errors, nothing recorded            test_bad_input
 ===================================================  ==========================================
 """
@@ -33,7 +34,12 @@ import pytest
 from nahida_workers.core.events import EventType
 from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.records import InboxKind, InboxMessage, InboxStatus
-from nahida_workers.errors import NotFoundError, UserError, WorkspaceUnavailableError
+from nahida_workers.errors import (
+    InboxFullError,
+    NotFoundError,
+    UserError,
+    WorkspaceUnavailableError,
+)
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.ownership.session import SessionRunner
@@ -302,3 +308,22 @@ def test_an_isolated_session_runs_in_its_worktree(ws: Path, tmp_path: Path) -> N
         workspace_of=lambda s: session_workspace(s, isolated, path_for),
     )
     assert run.record.output.endswith(str(tree)) and run.record.workspace == str(tree)
+
+
+def test_a_full_inbox_still_records(ws: Path) -> None:
+    world = World(ws)
+
+    def full(session_id: str, text: str, **kw: Any) -> Any:
+        raise InboxFullError("the inbox holds 20 pending user messages")
+
+    run = run_user_shell(
+        world.ledger,  # type: ignore[arg-type]
+        full,
+        world.sid,
+        ["echo kept"],
+        sandbox=Sandbox(mode=SandboxMode.NONE),
+        now=world.runner.clock.now,
+    )
+    assert not run.queued and run.not_queued_reason is not None
+    assert "inbox holds 20" in run.not_queued_reason
+    assert world.record(run)["output"].endswith("kept")
