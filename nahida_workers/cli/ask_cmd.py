@@ -1,7 +1,5 @@
 """``nahida ask SESSION "question"``: a side conversation about a session (issue 23 item 2)."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -6,8 +6,6 @@ raw), Ctrl-C as a cancel that kills the command's process group, and the
 exit code.
 """
 
-from __future__ import annotations
-
 import signal
 import sys
 import threading
