@@ -190,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backlog", type=int, default=5000, help="queued sessions")
     parser.add_argument("--slots", type=int, default=2, help="session worker slots")
+    parser.add_argument(
+        "--backlog-turn",
+        type=float,
+        default=0.2,
+        help="seconds each backlog session's one turn takes (so the backlog outlasts the run)",
+    )
     parser.add_argument("--fires", type=int, default=6, help="fires measured per phase")
     parser.add_argument("--every", type=float, default=2.0, help="schedule interval, seconds")
     parser.add_argument("--tick", type=float, default=1.0, help="NAHIDA_SCHEDULE_TICK_S")
@@ -235,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             _measure(idle, rt, repo, store, sid, args)
             big = rt.dispatcher.create_batch("backlog", {}).batch_id
             rt.dispatcher.set_cap(f"batch:{big}", None)  # the backlog may take every slot
-            backlog(rt.dispatcher, scripted_job("backlog").session_spec(), repo, args.backlog,
-                    batch_id=big, threads=8)  # fmt: skip
+            slow = scripted_job("backlog", delay_s=args.backlog_turn).session_spec()
+            backlog(rt.dispatcher, slow, repo, args.backlog, batch_id=big, threads=8)
             _measure(loaded, rt, repo, store, sid, args, big=big)
         finally:
             fleet.stop()

@@ -22,6 +22,14 @@ A call the previous owner handed over unstarted (a ``handover`` event of the
 epoch just before this owner's, written when its worker shut down) is not an
 orphan: it never ran, so it is left pending and runs now (``resumed``).
 
+Nor is a call that comes after a still-unsettled Task call of its turn
+(:func:`behind_open_task`): the loop runs a turn's calls in call order and
+runs nothing past a Task call until its child's result is adopted
+(``core/loop.py``), so such a call never started -- whichever owners came
+and went while the session was parked on the child.  It stays pending and
+runs after the Task's result, in call order.  Closing it ``interrupted``
+would record its result before the Task's and lose a write that never ran.
+
 Running recovery again on the result changes nothing.
 """
 
@@ -42,6 +50,7 @@ from nahida_workers.core.transcript import orphan_calls
 __all__ = [
     "MAX_RERUNS",
     "RERUN_LOST_TEXT",
+    "behind_open_task",
     "lost_owner_text",
     "rebuilt_content",
     "recovery_events",
@@ -143,6 +152,29 @@ def _interrupted_text(state: RunState, call: ToolCall, lost_reruns: set[str]) ->
     return INTERRUPTED_TEXT if reason is None else lost_owner_text(reason)
 
 
+def behind_open_task(state: RunState) -> frozenset[str]:
+    """Ids of orphan calls that follow an unsettled Task call of the same turn.
+
+    A Task call is unsettled while it has neither a result nor a receipt.
+    The turn's call order is its ``assistant_output`` event's ``call_ids``.
+    """
+    orphans = {c.call_id: c for c in orphan_calls(state.events)}
+    behind: set[str] = set()
+    for event in state.events:
+        if event.type is not EventType.ASSISTANT_OUTPUT:
+            continue
+        blocked = False
+        for call_id in event.payload.get("call_ids") or ():
+            call = orphans.get(str(call_id))
+            if call is None:
+                continue
+            if blocked:
+                behind.add(call.call_id)
+            elif call.name == TASK_TOOL and call.call_id not in state.receipts:
+                blocked = True
+    return frozenset(behind)
+
+
 def _sort_orphans(
     state: RunState,
     epoch: int,
@@ -158,9 +190,12 @@ def _sort_orphans(
     closed: list[ToolCall] = []
     lost_reruns: set[str] = set()
     earlier = _reruns(state)
+    unstarted = behind_open_task(state)
     for call in orphan_calls(state.events):
         if call.name == TASK_TOOL and call.call_id not in state.receipts:
             continue  # not an orphan: its child session holds the outcome (section 8)
+        if call.call_id in unstarted:
+            continue  # waits for the Task before it: it never started (module doc)
         receipt = state.receipts.get(call.call_id)
         epochs = earlier.get(call.call_id, set())
         if receipt is not None:
