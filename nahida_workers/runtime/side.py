@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from nahida_workers.core.events import Event
 from nahida_workers.core.messages import Message, ToolSchema
@@ -202,10 +202,13 @@ def ask_session(
     while True:
         reply = provider.complete(side_request(setup, messages, turn))
         step = next_step(messages, reply, turn, refused)
-        if isinstance(step, Answered):
-            break
-        assert isinstance(step, AskAgain)
-        messages, refused, turn = step.messages, step.refused, turn + 1
+        match step:
+            case Answered():
+                break
+            case AskAgain():
+                messages, refused, turn = step.messages, step.refused, turn + 1
+            case _:
+                assert_never(step)
     record = {
         "kind": "side_conversation",
         "session_id": session_id,
