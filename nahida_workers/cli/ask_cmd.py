@@ -4,7 +4,15 @@ from typing import Annotated
 
 import typer
 
-from nahida_workers.cli.common import JsonOpt, err, print_json, settings_for
+from nahida_workers.cli.common import (
+    DEFAULT_DB,
+    DbOpt,
+    JsonOpt,
+    LocalOpt,
+    err,
+    print_json,
+    settings_for,
+)
 
 __all__ = ["ask"]
 
@@ -13,6 +21,8 @@ def ask(
     session_id: Annotated[str, typer.Argument(help="The session (id or unique prefix).")],
     question: Annotated[str, typer.Argument(help="The question.")],
     as_json: JsonOpt = False,
+    local: LocalOpt = False,
+    db: DbOpt = DEFAULT_DB,
 ) -> None:
     """Ask a session a side question, answered from a copy of its transcript.
 
@@ -20,6 +30,7 @@ def ask(
     from everything the session said and saw so far.  Every tool call in the
     answer is refused; nothing enters the session's transcript or changes its
     task.  The exchange is recorded apart (an artifact; its sha256 is printed).
+    ``--local`` asks a session of an embedded (``batch --local``) ledger.
     Exits 3 when the provider fails.
     """
     from dataclasses import asdict
@@ -31,7 +42,7 @@ def ask(
     from nahida_workers.runtime.side import ask_session
     from nahida_workers.runtime.wiring import provider_for, registry_for
 
-    settings = settings_for()
+    settings = settings_for(local, db)
     ledger = ledger_for(settings)
     full = resolve(ledger, "session", session_id)
     answer = ask_session(
