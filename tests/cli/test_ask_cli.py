@@ -56,3 +56,31 @@ def test_ask_cli(fleet: Fleet, pg: SqlLedger, tmp_path: Path) -> None:
         bad = _ask(fleet, *args)
         lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
         assert bad.returncode == code and len(lines) == 1 and needle in lines[0], bad.stderr
+
+
+def test_ask_local_after_a_local_batch(tmp_path: Path) -> None:
+    from nahida_workers.ledger.sql import make_engine
+    from tests.cli.helpers import SURVEY, nahida
+
+    repo = make_repo(tmp_path / "repo")
+    batch = nahida(["batch", str(SURVEY), "--local", "--repo", str(repo)], cwd=tmp_path)
+    assert batch.code == 0, batch.output
+    engine = make_engine(f"sqlite:///{tmp_path / 'var' / 'nahida.sqlite3'}")
+    ledger = SqlLedger(engine=engine)
+    (session,) = ledger.sessions()
+    before = [
+        e.model_dump_json()
+        for r in ledger.runs_of(session.session_id)
+        for e in ledger.events(r.run_id)
+    ]
+    asked = nahida(["ask", session.session_id[:8], "What did you find?", "--local"], cwd=tmp_path)
+    assert asked.code == 0, asked.output
+    assert asked.stdout.startswith("From this session's transcript:")
+    assert "1 tool call(s) refused" in asked.stderr
+    after = [
+        e.model_dump_json()
+        for r in ledger.runs_of(session.session_id)
+        for e in ledger.events(r.run_id)
+    ]
+    assert after == before
+    engine.dispose()
