@@ -57,7 +57,7 @@ def side_routes(v1: APIRouter, services: Any) -> None:
                 full,
                 exact.question,
                 provider_for=provider_for,
-                tools_for=lambda spec: loop_config(spec, registry_for(spec, fleet.settings)).tools,
+                config_for=lambda spec: loop_config(spec, registry_for(spec, fleet.settings)),
                 now=fleet.clock.now,
             )
         except ProviderError as exc:

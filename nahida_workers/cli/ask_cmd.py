@@ -50,7 +50,7 @@ def ask(
         full,
         question,
         provider_for=provider_for,
-        tools_for=lambda spec: loop_config(spec, registry_for(spec, settings)).tools,
+        config_for=lambda spec: loop_config(spec, registry_for(spec, settings)),
         now=SystemClock().now,
     )
     if as_json:

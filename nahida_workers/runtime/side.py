@@ -4,7 +4,7 @@
 answer comes from a **copy** of the session's transcript -- every committed
 event of every run, projected as the loop projects it
 (:func:`~nahida_workers.core.transcript.project`, compacted to the session's
-context budget) -- sent with the session's system prompt and tool schemas to
+context budget) -- sent with the system prompt and tool schemas of its loop config to
 a **new provider instance** built from the session's provider config (a
 scripted provider serves its script's ``ask`` turns).  The rules of the
 exchange are :mod:`nahida_workers.core.side`: every tool call is refused.
@@ -27,7 +27,8 @@ from datetime import datetime
 from typing import Any, Protocol, assert_never
 
 from nahida_workers.core.events import Event
-from nahida_workers.core.messages import Message, ToolSchema
+from nahida_workers.core.loop import LoopConfig
+from nahida_workers.core.messages import Message
 from nahida_workers.core.records import RunRecord, SessionRecord
 from nahida_workers.core.side import (
     Answered,
@@ -149,7 +150,7 @@ def ask_session(
     question: str,
     *,
     provider_for: Callable[[SessionSpec], Provider],
-    tools_for: Callable[[SessionSpec], tuple[ToolSchema, ...]],
+    config_for: Callable[[SessionSpec], LoopConfig],
     now: Callable[[], datetime],
 ) -> SideAnswer:
     """Answer ``question`` from a copy of the session's transcript; record the exchange apart.
@@ -161,7 +162,10 @@ def ask_session(
         provider_for: builds a new provider instance from a spec (the
             runtime's ``provider_for``); it gets the spec with
             :func:`side_provider_config` applied.
-        tools_for: the session's tool schemas (offered, never run).
+        config_for: the loop config the session's runs use
+            (``runtime.ownership.driver.loop_config`` over its registry): the
+            system prompt, tool schemas (offered, never run), reply cap and
+            context budget come from it, as for the session's own turns.
         now: the clock (the record's time).
 
     Raises:
@@ -188,15 +192,14 @@ def ask_session(
     )
     provider = provider_for(side_spec)
     transcript = _transcript(ledger, session_id)
+    loop = config_for(spec)
     setup = SideSetup(
-        system=spec.system_prompt,
-        tools=tools_for(spec),
-        max_output_tokens=spec.limits.max_output_tokens,
+        system=loop.system_prompt,
+        tools=loop.tools,
+        max_output_tokens=loop.max_output_tokens,
         run_id=f"side-{uuid.uuid4().hex}",
     )
-    messages = copy_transcript(
-        transcript, question, budget_tokens=spec.limits.context_budget_tokens
-    )
+    messages = copy_transcript(transcript, question, budget_tokens=loop.context_budget_tokens)
     refused: tuple[RefusedCall, ...] = ()
     turn = 0
     while True:

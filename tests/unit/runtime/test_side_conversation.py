@@ -93,7 +93,7 @@ class World:
             self.sid,
             question,
             provider_for=self.provider_for,
-            tools_for=lambda spec: loop_config(spec, memory_registry(spec)).tools,
+            config_for=lambda spec: loop_config(spec, memory_registry(spec)),
             now=self.runner.clock.now,
         )
 
