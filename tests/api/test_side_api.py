@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from nahida_workers.ledger.sql import SqlLedger
-from nahida_workers.testing.fleet import Fleet, make_repo, wait_done
+from nahida_workers.testing.fleet import Fleet, make_repo, wait_done, wait_for
 from tests.api.conftest import Server
 
 pytestmark = pytest.mark.slow
@@ -46,6 +46,18 @@ def _job(script: dict[str, Any]) -> dict[str, Any]:
         "tools": ["Read"],
         "provider": {"kind": "scripted", "script": script},
     }
+
+
+def settle(fleet: Fleet, pg: SqlLedger, session_id: str) -> None:
+    """Wait until the worker let go of the session, then stop it: no write of its can follow."""
+
+    def closed() -> bool:
+        session = pg.get_session(session_id)
+        return session is not None and session.open_epoch is None
+
+    wait_for(closed, timeout=30, what="the worker to close its ownership")
+    for worker in fleet.workers:
+        worker.stop()
 
 
 def ledger_rows(pg: SqlLedger, session_id: str) -> bytes:
@@ -78,6 +90,7 @@ def test_ask_answers_refuses_tools_and_changes_nothing(
         assert created.status_code == 201, created.text
         sid = created.json()["session"]["session_id"]
         wait_done(pg, sid, timeout=60)
+        settle(fleet, pg, sid)
         before = ledger_rows(pg, sid)
         asked = http.post(f"/v1/sessions/{sid[:10]}/ask", json={"question": "What did you read?"})
         assert asked.status_code == 200, asked.text

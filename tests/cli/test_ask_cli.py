@@ -12,7 +12,7 @@ import pytest
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.testing.fleet import Fleet, make_repo, wait_done
-from tests.api.test_side_api import SCRIPT, ledger_rows
+from tests.api.test_side_api import SCRIPT, ledger_rows, settle
 from tests.cli.helpers import nahida_script
 
 pytestmark = pytest.mark.slow
@@ -41,6 +41,7 @@ def test_ask_cli(fleet: Fleet, pg: SqlLedger, tmp_path: Path) -> None:
     sid = session.session_id
     fleet.start_worker(name="w")
     wait_done(pg, sid, timeout=60)
+    settle(fleet, pg, sid)
     before = ledger_rows(pg, sid)
     done = _ask(fleet, sid[:10], "What did you read?")
     assert done.returncode == 0, done.stderr
