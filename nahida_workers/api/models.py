@@ -358,7 +358,7 @@ class SteerIn(_In):
 
 
 class AskIn(_In):
-    """``POST /v1/sessions/{id}/ask``: a side question (issue 23 item 2)."""
+    """``POST /v1/sessions/{id}/ask``: a side question."""
 
     question: str = Field(
         min_length=1,

@@ -1,4 +1,4 @@
-"""``POST /v1/sessions/{id}/ask``: a side conversation about a session (issue 23 item 2).
+"""``POST /v1/sessions/{id}/ask``: a side conversation about a session.
 
 The answer comes from a copy of the session's transcript with a provider
 instance of its own (:mod:`nahida_workers.runtime.side`); nothing is written

@@ -1,4 +1,4 @@
-"""``nahida ask SESSION "question"``: a side conversation about a session (issue 23 item 2)."""
+"""``nahida ask SESSION "question"``: a side conversation about a session."""
 
 from typing import Annotated
 

@@ -1,4 +1,4 @@
-"""``nahida migrate``: back a PostgreSQL ledger up, then migrate it (issue 23 item 8)."""
+"""``nahida migrate``: back a PostgreSQL ledger up, then migrate it."""
 
 from __future__ import annotations
 

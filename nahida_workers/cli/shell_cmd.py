@@ -1,4 +1,4 @@
-"""``nahida shell SESSION -- CMD``: run a command in a session's workspace (issue 23 item 3).
+"""``nahida shell SESSION -- CMD``: run a command in a session's workspace.
 
 The work is :func:`nahida_workers.runtime.usershell.run_user_shell`; this
 module is the terminal side: live output (bounded, binary never written

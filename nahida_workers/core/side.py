@@ -1,4 +1,4 @@
-"""A side conversation: a question answered from a copy of a session's transcript (issue 23 item 2).
+"""A side conversation: a question answered from a copy of a session's transcript.
 
 Pure (no I/O): the runtime (``runtime/side.py``) reads the session's
 committed events, projects them with the same projection the loop uses

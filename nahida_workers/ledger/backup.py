@@ -1,4 +1,4 @@
-"""The backup ``nahida migrate`` takes before it changes a PostgreSQL ledger (issue 23 item 8).
+"""The backup ``nahida migrate`` takes before it changes a PostgreSQL ledger.
 
 ``pg_dump --format=custom`` of the whole database, restorable with
 ``pg_restore``.  The dump is written to ``PATH.partial`` and renamed only

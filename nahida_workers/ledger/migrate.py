@@ -8,7 +8,7 @@ Each revision runs in its own transaction and is stamped in
 ``alembic_version`` when that transaction commits (``transaction_per_migration``
 in ``migrations/env.py``): a migration interrupted mid-way (killed, a lost
 connection) leaves the database at the last revision that committed, and the
-next ``nahida migrate`` continues from there (issue 23 item 8).
+next ``nahida migrate`` continues from there.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Side conversations: ask a session a question without touching it (issue 23 item 2).
+"""Side conversations: ask a session a question without touching it.
 
 ``nahida ask SESSION "question"`` and ``POST /v1/sessions/{id}/ask``.  The
 answer comes from a **copy** of the session's transcript -- every committed

@@ -1,4 +1,4 @@
-"""The user shell: a person runs a command in a session's workspace (issue 23 item 3).
+"""The user shell: a person runs a command in a session's workspace.
 
 ``nahida shell SESSION -- CMD`` runs ``CMD`` the way the session's Bash tool
 would: in the session's workspace, in the same sandbox (bubblewrap, the

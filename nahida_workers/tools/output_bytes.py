@@ -1,4 +1,4 @@
-"""Command output as text or, when it is not text, a byte summary (issue 23 item 3).
+"""Command output as text or, when it is not text, a byte summary.
 
 A command's output reaches the model (the Bash tool) and the user (``nahida
 shell``) as text.  Bytes that are not text -- an image ``cat``-ed by mistake,
