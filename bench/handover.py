@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="keep worker logs in this dir")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sessions, args.steps, args.step, args.ttl, args.visibility = 2, 60, 0.2, 3.0, 6.0
+        args.sessions, args.steps, args.step, args.ttl, args.visibility = 2, 120, 0.2, 3.0, 6.0
     with (
         scratch_database("nahida_bench_handover") as (url, _dsn),
         tempfile.TemporaryDirectory(prefix="nahida-bench-handover-") as tmp,

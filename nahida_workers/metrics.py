@@ -32,6 +32,8 @@ __all__ = [
     "COMMIT_SECONDS",
     "CORRECTION_TURNS",
     "LEASES_HELD",
+    "MEMORY_EVENTS",
+    "MEMORY_ITEMS",
     "OLDEST_QUEUED_SECONDS",
     "PROVIDER_CALL_SECONDS",
     "PROVIDER_PROTOCOL_INVALID",
@@ -47,6 +49,7 @@ __all__ = [
     "TOOL_CALL_SECONDS",
     "UNSANDBOXED_CALLS",
     "observe_commit",
+    "observe_memory",
     "observe_provider_call",
     "observe_sandbox",
     "observe_sweep",
@@ -149,6 +152,21 @@ SWEEPER_ACTIONS = Counter(
     ["action"],
 )
 
+MEMORY_EVENTS = Counter(
+    "nahida_memory_events",
+    "Workspace memory, by event: written_active, written_pending (a Remember call "
+    "stored a new item), injected, superseded (an item went into a session's context, "
+    "or a read in the session left it out; once per session and item).",
+    ["event"],
+)
+MEMORY_ITEMS = Gauge(
+    "nahida_memory_counters",
+    "The ledger's workspace-memory counters at the last sweep (every workspace): "
+    "written_active, written_pending, approved, rejected, injected, superseded.",
+    ["counter"],
+    multiprocess_mode="mostrecent",
+)
+
 SCHEDULE_FIRES = Counter(
     "nahida_schedule_fires",
     "Schedule fires decided by this process, by schedule name and outcome "
@@ -222,6 +240,19 @@ def observe_sweep(report: Any, ledger: Any, leases: Any) -> None:
     SESSIONS_PARKED.set(counts.get(SessionStatus.WAITING, (0, None))[0])
     running = ledger.sessions(statuses=[SessionStatus.RUNNING])
     LEASES_HELD.set(sum(1 for s in running if leases.holder(s.session_id) is not None))
+    observe_memory(ledger)
+
+
+def observe_memory(ledger: Any) -> None:
+    """Set the memory counters gauge from the ledger (a ledger with no memory port: skipped)."""
+    from nahida_workers.ledger.recall import recall_ledger
+
+    try:
+        counts = recall_ledger(ledger).counts()
+    except TypeError:  # a test double that is neither ledger adapter
+        return
+    for name, value in counts.items():
+        MEMORY_ITEMS.labels(name).set(value)
 
 
 def serve_metrics(port: int) -> bool:

@@ -39,6 +39,7 @@ from nahida_workers.core.events import (
     TerminalState,
 )
 from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
+from nahida_workers.core.memory import MemoryItem, MemoryStatus
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
 from nahida_workers.core.records import (
     BatchRecord,
@@ -73,6 +74,7 @@ __all__ = [
     "LedgerTx",
     "LedgerWriter",
     "Provider",
+    "RecallLedger",
     "SystemClock",
     "TaskQueue",
     "TeamLedger",
@@ -686,6 +688,89 @@ class TeamLedger(Protocol[TxIn]):
 
     def todos(self, session_id: str) -> tuple[list[dict[str, str]], int]:
         """A session's checklist and its version (``[]``, 0 when it never wrote one)."""
+        ...
+
+
+class RecallLedger(Protocol[TxIn]):
+    """Workspace memory with provenance in the ledger (``core/memory.py``, docs/memory.md).
+
+    Adapters ``ledger/memory_recall.py`` and ``ledger/sql_recall.py``, composed
+    over their ledger and writing in its transactions (``ledger/recall.py``).
+    Rules every adapter enforces with a typed error, the transaction rolled
+    back: an item is written ``active`` or ``pending`` only, an active one
+    with its ``verified_at``; one item per id (a second write of the same id
+    and content returns the first) and per workspace and content; a decision
+    names a known item and is ``active`` or ``rejected``; a use names a known
+    item.
+    """
+
+    def add_item(self, tx: TxIn, item: MemoryItem) -> tuple[MemoryItem, bool]:
+        """Write ``item``; ``(stored, True)``, or ``(the existing item, False)``.
+
+        The existing item is the one with the same id, or else the one of the
+        same workspace and content (any status: a rejected item stays rejected).
+
+        Raises:
+            LedgerIntegrityError: status rejected, an active item without
+                ``verified_at``, or the id taken by different content.
+        """
+        ...
+
+    def decide_item(
+        self,
+        tx: TxIn,
+        item_id: str,
+        status: MemoryStatus,
+        *,
+        at: datetime,
+        by: str,
+        expires_at: datetime | None = None,
+    ) -> MemoryItem:
+        """A person's approval (``active``: verified at ``at``) or rejection; the item after it.
+
+        ``expires_at`` replaces the item's expiry when given.
+
+        Raises:
+            NotFoundError: no such item.
+            LedgerIntegrityError: ``status`` is ``pending``.
+        """
+        ...
+
+    def record_uses(
+        self,
+        tx: TxIn,
+        session_id: str,
+        *,
+        root_id: str,
+        injected: Sequence[str] = (),
+        superseded: Sequence[str] = (),
+        at: datetime,
+    ) -> int:
+        """Note items injected into / superseded in a session's context, once each per session.
+
+        Returns how many notes were new.
+
+        Raises:
+            LedgerIntegrityError: an item id is unknown.
+        """
+        ...
+
+    def get_item(self, item_id: str) -> MemoryItem | None:
+        """One item by id."""
+        ...
+
+    def items(
+        self, *, workspace: str | None = None, statuses: Sequence[MemoryStatus] | None = None
+    ) -> list[MemoryItem]:
+        """Items (of one workspace, with these statuses), oldest first."""
+        ...
+
+    def counts(self, *, workspace: str | None = None) -> dict[str, int]:
+        """The memory counters (of one workspace, or of all).
+
+        ``written_active``, ``written_pending``, ``approved``, ``rejected``,
+        ``injected``, ``superseded`` (``ledger/recall_rules.py`` ``COUNTERS``).
+        """
         ...
 
 

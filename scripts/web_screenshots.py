@@ -1,15 +1,18 @@
-"""Screenshots of the web view in headless Chromium, one per page (kept out of git).
+"""Screenshots of the web console in headless Chromium, one per page, into docs/images/console/.
 
     .venv/bin/pip install -e '.[browser]'          # selenium (`.[dev]` includes it)
     apt-get install chromium chromium-driver       # the browser and its driver (Debian)
-    .venv/bin/python scripts/web_screenshots.py [--out screenshots]
+    .venv/bin/python scripts/web_screenshots.py [--out docs/images/console]
 
-Builds a demo ledger in a scratch directory (a local batch of two fan-out
-sessions: four 300 ms Sleep calls in parallel, then an answer; and a child
-session under the first, as a subagent would make), starts ``nahida serve``
-on it, and saves ``index.png``, ``batch.png``, ``session.png`` and
-``run.png`` (the timeline) with Debian's ``chromium`` and ``chromium-driver``
-through selenium.  The browser tests (``tests/browser``) use the same pieces.
+Builds a demo ledger in a scratch directory: a local batch of two fan-out
+sessions (four 300 ms Sleep calls in parallel, then an answer), a child
+session recorded under the first (queued, as a subagent's would be before it
+runs), a parent that parked on two subagents (its timeline shows the parked
+span and the children's lanes), a team (``config/jobs/team-refactor.yaml``
+over a scratch git repository) and a schedule.  Then it starts ``nahida
+serve`` on it and saves one PNG per page of :func:`pages` (``docs/console.md``
+shows them) with Debian's ``chromium`` and ``chromium-driver`` through
+selenium.  The browser tests (``tests/browser``) use the same pieces.
 
 Needs selenium (the ``browser`` extra) and the two Debian packages
 (``NAHIDA_CHROMIUM`` / ``NAHIDA_CHROMEDRIVER`` point elsewhere); when one is
@@ -64,6 +67,46 @@ provider:
           - {id: s4, name: SleepLocal, arguments: {ms: 300}}
       - text: All four waits finished.
 """
+#: A lead and three members over a shared task graph (the team page's demo).
+TEAM_JOB = ROOT / "config" / "jobs" / "team-refactor.yaml"
+#: A parent that parks on two subagents (each sleeps 400 ms): its timeline shows
+#: the parked span and the children as lanes under their Task calls.
+DELEGATE_JOB = """name: delegate demo
+prompt: Ask two helpers to wait, then report what they said.
+tools: [Task]
+contract: {evidence: none}
+provider:
+  kind: scripted
+  script:
+    turns:
+      - text: Starting two helpers; I will wait for both.
+        tool_calls:
+          - id: helper_a
+            name: Task
+            arguments: &helper
+              description: First helper
+              prompt: "Wait, then say it's done."
+              agent: waiter
+              mode: foreground
+              isolation: shared
+          - id: helper_b
+            name: Task
+            arguments: {<<: *helper, description: Second helper}
+      - text: Both helpers finished; their answers are the Task results above.
+agents:
+  waiter:
+    system_prompt: You wait, then answer.
+    tools: [SleepLocal]
+    contract: {evidence: none}
+    provider:
+      kind: scripted
+      script:
+        turns:
+          - text: Waiting a moment.
+            tool_calls:
+              - {id: nap, name: SleepLocal, arguments: {ms: 400}}
+          - text: "Done: I waited 400 ms, and it's over."
+"""
 
 
 @dataclass
@@ -75,6 +118,10 @@ class Demo:
     session_id: str
     run_id: str
     child_id: str
+    parent_session_id: str = ""
+    parent_run_id: str = ""
+    schedule: str = ""
+    team_id: str = ""
 
 
 def _env(db: Path) -> dict[str, str]:
@@ -96,26 +143,62 @@ def _nahida() -> str:
     return str(beside) if beside.exists() else "nahida"
 
 
+def _batch(workdir: Path, db: Path, name: str, text: str, repos: list[Path]) -> dict[str, Any]:
+    """Run job ``text`` over ``repos`` with ``nahida batch --local``; its JSON report."""
+    job = workdir / f"{name}.yaml"
+    job.write_text(text)
+    report = workdir / f"{name}-report.json"
+    args = [_nahida(), "batch", str(job), "--local", "--db", str(db), "--report", str(report)]
+    for repo in repos:
+        args += ["--repo", str(repo)]
+    subprocess.run(args, cwd=workdir, env=_env(db), check=True, capture_output=True)
+    return dict(json.loads(report.read_text()))
+
+
+def _git_repo(path: Path) -> Path:
+    """A git repository with one commit (team members work in git worktrees)."""
+    (path / "src").mkdir(parents=True)
+    (path / "README.md").write_text("# gamma\n")
+    (path / "src" / "app.py").write_text("VALUE = 1\n")
+    git = ["git", "-c", "user.email=demo@example.invalid", "-c", "user.name=demo"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    subprocess.run([*git, "-C", str(path), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(path), "commit", "-qm", "init"], check=True)
+    return path
+
+
 def demo_ledger(workdir: Path) -> Demo:
-    """A SQLite ledger with a fan-out batch of two sessions and one child session."""
+    """A SQLite ledger: a fan-out batch of two sessions, a recorded (queued) child
+    session under the first, a parent that parked on two subagents, a team, a schedule."""
     repos = []
     for name in ("alpha", "beta"):
         repo = workdir / name
         repo.mkdir(parents=True)
         (repo / "README.md").write_text(f"# {name}\n")
         repos.append(repo)
-    job = workdir / "fanout.yaml"
-    job.write_text(FANOUT_JOB)
     db = workdir / "ledger.sqlite3"
-    report = workdir / "report.json"
-    args = [_nahida(), "batch", str(job), "--local", "--db", str(db), "--report", str(report)]
-    for repo in repos:
-        args += ["--repo", str(repo)]
-    subprocess.run(args, cwd=workdir, env=_env(db), check=True, capture_output=True)
-    data = json.loads(report.read_text())
+    data = _batch(workdir, db, "fanout", FANOUT_JOB, repos)
     first = data["sessions"][0]
     child_id = _child_session(db, first["session_id"], str(repos[0]))
-    return Demo(db, data["batch_id"], first["session_id"], first["run_id"], child_id)
+    parent = _batch(workdir, db, "delegate", DELEGATE_JOB, repos[:1])["sessions"][0]
+    team = _batch(workdir, db, "team", TEAM_JOB.read_text(), [_git_repo(workdir / "gamma")])
+    schedule = "nightly-survey"
+    subprocess.run(
+        [_nahida(), "schedule", "add", schedule, "--job", str(workdir / "fanout.yaml"),
+         "--repo", str(repos[0]), "--cron", "0 3 * * *", "--local", "--db", str(db)],
+        cwd=workdir, env=_env(db), check=True, capture_output=True,
+    )  # fmt: skip
+    return Demo(
+        db,
+        data["batch_id"],
+        first["session_id"],
+        first["run_id"],
+        child_id,
+        parent_session_id=parent["session_id"],
+        parent_run_id=parent["run_id"],
+        schedule=schedule,
+        team_id=team["sessions"][0]["session_id"],  # a team is named by its lead
+    )
 
 
 def _child_session(db: Path, parent_id: str, workspace: str) -> str:
@@ -193,13 +276,33 @@ def chromium(workdir: Path) -> Iterator[Any]:
 
 
 def pages(demo: Demo) -> dict[str, str]:
-    """Screenshot name -> path of each page."""
+    """Screenshot name -> path of each console page (docs/console.md shows them)."""
     return {
-        "index": "/",
+        "dashboard": "/",
+        "batches": "/batches",
         "batch": f"/batches/{demo.batch_id}",
-        "session": f"/sessions/{demo.session_id}",
+        "sessions": "/sessions",
+        "session": f"/sessions/{demo.parent_session_id}",
         "run": f"/runs/{demo.run_id}",
+        "run-waits": f"/runs/{demo.parent_run_id}",
+        "schedules": "/schedules",
+        "schedule": f"/schedules/{demo.schedule}",
+        "teams": "/teams",
+        "team": f"/teams/{demo.team_id}",
     }
+
+
+def _full_page(driver: Any) -> None:
+    """Wait for the live stream, then size the window to the page (capped) for the shot."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 5).until(
+        lambda d: d.execute_script(
+            "const s = document.getElementById('live-status');return !s || s.textContent === 'live'"
+        )
+    )
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, max(700, min(int(height) + 40, 2400)))
 
 
 def missing_prerequisites() -> list[str]:
@@ -227,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns 2, having done nothing, when a prerequisite is missing.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "images" / "console")
     args = parser.parse_args(argv)
     missing = missing_prerequisites()
     if missing:
@@ -242,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, path in pages(demo).items():
                 driver.get(url + path)
                 target = args.out / f"{name}.png"
+                _full_page(driver)
                 driver.save_screenshot(str(target))
                 print(f"{target}  <- {url}{path}")
     return 0

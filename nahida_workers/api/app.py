@@ -22,6 +22,7 @@ from nahida_workers.api.services import Services
 from nahida_workers.api.sessions import Tools, session_routes
 from nahida_workers.api.side import side_routes
 from nahida_workers.settings import Settings
+from nahida_workers.web.live import LIVE_PREFIX
 from nahida_workers.web.pages import web_router
 
 __all__ = ["OPEN_PATHS", "UNGATED", "create_app", "registered_tools"]
@@ -91,5 +92,10 @@ def create_app(services: Services) -> FastAPI:
 
 
 def _is_stream(path: str) -> bool:
-    """``/v1/sessions/{id}/events``: an event stream (bounded by ``NAHIDA_API_MAX_FOLLOWERS``)."""
+    """An event stream (bounded by ``NAHIDA_API_MAX_FOLLOWERS``).
+
+    ``/v1/sessions/{id}/events``, and the console's live pages (``/console/live/...``).
+    """
+    if path.startswith(LIVE_PREFIX):
+        return True
     return path.startswith("/v1/sessions/") and path.endswith("/events")

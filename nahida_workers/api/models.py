@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
+from nahida_workers.core.children import TaskIsolation
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.policy.delegation import DelegationMode
@@ -262,6 +263,14 @@ class VerificationIn(_In):
     )
 
 
+class MemoryIn(_In):
+    """The workspace memory (docs/memory.md); off by default."""
+
+    enabled: bool = False
+    ttl_days: float = Field(90.0, gt=0, le=3650, description="Days a new item stays in use.")
+    max_items: int = Field(20, ge=1, le=200, description="Most items in one request.")
+
+
 class JobIn(_In):
     """A job, as in a job file (``config/jobs/*.yaml``), applied to one workspace."""
 
@@ -303,6 +312,11 @@ class JobIn(_In):
     trust_workspace: bool = Field(
         False, description="Read agent definitions from the workspace's .nahida/agents/."
     )
+    isolation: TaskIsolation = Field(
+        TaskIsolation.SHARED,
+        description="`worktree`: each session runs in its own git worktree of the workspace.",
+    )
+    memory: MemoryIn = Field(default_factory=lambda: MemoryIn())
 
     _unique_tools = field_validator("tools")(_unique)
 

@@ -34,10 +34,11 @@ def build_app(settings: Settings):  # type: ignore[no-untyped-def]
         statement_timeout_ms=settings.api_statement_timeout_ms,
         lock_timeout_ms=settings.api_lock_timeout_ms,
     )
-    fleet = build_fleet(settings, CeleryTaskQueue(make_celery(settings)), engine=engine)
+    celery_app = make_celery(settings)
+    fleet = build_fleet(settings, CeleryTaskQueue(celery_app), engine=engine)
     # Steering and cancels of one session share their re-dispatch publishes.
     fleet.inbox.dispatcher = CoalescingDispatcher.of(fleet.dispatcher)
-    return create_app(Services(fleet=fleet, redis=redis_client(settings)))
+    return create_app(Services(fleet=fleet, redis=redis_client(settings), celery_app=celery_app))
 
 
 def run_server(

@@ -17,7 +17,11 @@ __all__ = ["Services"]
 
 @dataclass
 class Services:
-    """What the API acts through: the fleet of this process and a Redis client for events."""
+    """What the API acts through: the fleet of this process and a Redis client for events.
+
+    ``celery_app`` (optional) lets the console ask the broker which workers are live.
+    """
 
     fleet: Fleet
     redis: Any
+    celery_app: Any = None

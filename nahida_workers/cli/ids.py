@@ -25,7 +25,7 @@ MIN_PREFIX = 4
 #: Shortest prefix a table shows.
 MIN_SHOWN = 8
 
-Kind = Literal["session", "run", "batch", "team"]
+Kind = Literal["session", "run", "batch", "team", "memory"]
 
 
 def _common(a: str, b: str) -> int:
@@ -69,6 +69,7 @@ def resolve(ledger: SqlLedger, kind: Kind, text: str) -> str:
         "run": schema.agent_runs.c.run_id,
         "batch": schema.batches.c.batch_id,
         "team": schema.teams.c.team_id,
+        "memory": schema.memory_items.c.item_id,
     }[kind]
     text = text.strip()
     # Every API request about a session starts here: a whole id is the

@@ -35,8 +35,10 @@ from nahida_workers.cli.common import (
     settings_for,
 )
 from nahida_workers.cli.exits import ExitCode, classify, print_error
+from nahida_workers.cli.memory_cmds import memory_app
 from nahida_workers.cli.schedule_cmds import schedule_app
 from nahida_workers.cli.team_cmds import team_app
+from nahida_workers.cli.worktree_cmds import worktrees_app
 
 if TYPE_CHECKING:
     from nahida_workers.runtime.spec import JobSpec
@@ -187,6 +189,13 @@ def _no_schema_yet(exc: BaseException) -> bool:
     return "no such table" in text
 
 
+def _memory_counters(ledger: Any) -> dict[str, int]:
+    """The workspace-memory counters of every workspace (docs/memory.md)."""
+    from nahida_workers.ledger.recall import recall_ledger
+
+    return recall_ledger(ledger).counts()
+
+
 @app.command()
 def status(
     batch_id: Annotated[
@@ -214,8 +223,14 @@ def status(
             if not (local and _no_schema_yet(exc)):
                 raise
             rows = []  # a --local ledger file nothing has written to yet
+        try:
+            memory = _memory_counters(ledger)
+        except LedgerUnavailableError as exc:
+            if not (local and _no_schema_yet(exc)):
+                raise
+            memory = {}
         if as_json:
-            print_json({"batches": rows})
+            print_json({"batches": rows, "memory": memory})
             return
         if not rows:
             out().print(f"no batches yet{f' in {db}' if local else ''}")
@@ -223,6 +238,8 @@ def status(
         out().print(render.batches_table(rows))
         newest = batch_report(ledger, rows[0]["batch_id"])
         out().print(render.batch_table(newest, width=out().width))
+        if any(memory.values()):
+            out().print("memory: " + ", ".join(f"{k} {v}" for k, v in memory.items()))
         return
     full = resolve(ledger, "batch", batch_id)
     data = batch_report(ledger, full)
@@ -315,6 +332,8 @@ def tree(
 
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(team_app, name="team")
+app.add_typer(worktrees_app, name="worktrees")
+app.add_typer(memory_app, name="memory")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from nahida_workers.core.admission import admit_call
@@ -40,6 +41,7 @@ from nahida_workers.core.events import (
     TerminalState,
     ToolStatus,
 )
+from nahida_workers.core.memory import MemoryItem, Selection, context_for, with_memory
 from nahida_workers.core.messages import (
     Anomaly,
     Message,
@@ -129,6 +131,10 @@ class LoopConfig:
         records_base: the session may need a verifier's diff: record the base.
         base_at_start: record it before the first provider call (a session
             with a goal: its children, not only itself, may do the work).
+        memory: the workspace's memory items (``core/memory.py``); the live
+            ones a read did not supersede follow the system prompt.
+        memory_limit: most memory items in one request.
+        workspace: the session's workspace root (paths read are made relative).
     """
 
     system_prompt: str | None = None
@@ -151,6 +157,9 @@ class LoopConfig:
     may_write: Callable[[str], bool] = field(default=lambda _name: False)
     records_base: bool = False
     base_at_start: bool = False
+    memory: tuple[MemoryItem, ...] = ()
+    memory_limit: int = 20
+    workspace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,9 +195,14 @@ class Signals:
 
 @dataclass(frozen=True)
 class CallProvider:
-    """Call the provider with this request, then commit :func:`turn_events`."""
+    """Call the provider with this request, then commit :func:`turn_events`.
+
+    ``memory``: the workspace memory in the request (the runtime notes which
+    items were injected and which a read superseded).
+    """
 
     request: ProviderRequest
+    memory: Selection | None = None
 
 
 @dataclass(frozen=True)
@@ -381,17 +395,25 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
         return ClaimInbox()
     if config.records_base and config.base_at_start and not workspace_base(state)[0]:
         return RecordBase()
+    memory = context_for(
+        config.memory,
+        chain(state.history, state.events),  # lazy: read only when there is memory
+        now=signals.now,
+        workspace=config.workspace,
+        limit=config.memory_limit,
+    )
     return CallProvider(
         ProviderRequest(
             run_id=state.run_id,
             turn_index=state.turns,
             run_index=state.run_index,
-            system=config.system_prompt,
+            system=with_memory(config.system_prompt, memory),
             messages=tuple(_transcript(state, config)),
             tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
             tool_choice=config.tool_choice,
             max_output_tokens=config.max_output_tokens,
-        )
+        ),
+        memory,
     )
 
 

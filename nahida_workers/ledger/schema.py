@@ -46,6 +46,8 @@ __all__ = [
     "batches",
     "dispatch_outbox",
     "fleet_state",
+    "memory_items",
+    "memory_uses",
     "metadata",  # noqa: F822  (module __getattr__: the partial indexes attach on first use)
     "prompt_artifacts",
     "schedule_fires",
@@ -371,6 +373,48 @@ session_todos = Table(
     Column("version", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("root_id", String(64), nullable=False),
+)
+
+
+#: Added by migration 0014: workspace memory with provenance (``core/memory.py``,
+#: ``ledger/sql_recall.py``).  One item per (workspace, content hash); the
+#: workspace is keyed by a hash of its path (an index on a short column).
+memory_items = Table(
+    "memory_items",
+    _metadata,
+    Column("item_id", String(64), primary_key=True),
+    Column("workspace_key", String(64), nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("content_sha256", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("provenance", String(16), nullable=False),
+    Column("source_json", Json, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("initial_status", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("subject", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("verified_at", DateTime(timezone=True), nullable=True),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("decided_at", DateTime(timezone=True), nullable=True),
+    Column("decided_by", String(200), nullable=True),
+    Column("root_id", String(64), nullable=False),
+    UniqueConstraint("workspace_key", "content_sha256", name="uq_memory_items_content"),
+    Index("ix_memory_items_workspace_status", "workspace_key", "status"),
+)
+
+#: Which items went into which session's context, and which a read superseded:
+#: one row per (session, item), so the counters count each once per session.
+memory_uses = Table(
+    "memory_uses",
+    _metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("item_id", String(64), primary_key=True),
+    Column("injected_at", DateTime(timezone=True), nullable=True),
+    Column("superseded_at", DateTime(timezone=True), nullable=True),
+    Column("root_id", String(64), nullable=False),
+    Index("ix_memory_uses_item", "item_id"),
 )
 
 

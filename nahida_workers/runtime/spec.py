@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
-from nahida_workers.core.children import TASK_TOOL
+from nahida_workers.core.children import TASK_TOOL, TaskIsolation
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
@@ -43,6 +43,7 @@ __all__ = [
     "DelegationSpec",
     "JobSpec",
     "Limits",
+    "MemorySpec",
     "ParentClose",
     "SessionSpec",
     "VerificationSpec",
@@ -113,6 +114,24 @@ class VerificationSpec(_Spec):
         return GatePolicy(self.min_files, self.high_risk_paths, self.not_implementation_paths)
 
 
+class MemorySpec(_Spec):
+    """A job's workspace memory (``core/memory.py``, docs/memory.md).
+
+    ``memory: true`` in a job is ``memory: {enabled: true}``.
+
+    Attributes:
+        enabled: the session sees the workspace's active memory (after the
+            system prompt) and gets the ``Remember`` tool.
+        ttl_days: a new item expires this many days after it is written
+            (an approval may set another expiry).
+        max_items: most items injected into one request (newest verified).
+    """
+
+    enabled: bool = False
+    ttl_days: float = Field(90.0, gt=0, le=3650)
+    max_items: int = Field(20, ge=1, le=200)
+
+
 class SessionSpec(_Spec):
     """Everything a worker needs to run one session, independent of any file.
 
@@ -144,6 +163,12 @@ class SessionSpec(_Spec):
             provider (:class:`VerificationSpec`).
         trust_workspace: read agent definitions from the workspace's
             ``.nahida/agents/`` at submit time (``runtime/agents/discover.py``).
+        isolation: ``worktree``: a top-level session runs in its own git
+            worktree of its workspace, on ``nahida/<session id>``, like an
+            ``isolation: worktree`` child (``runtime/children/worktree.py``);
+            ``shared`` (default): in the workspace itself.  A child's
+            isolation is its Task call's, never this field.
+        memory: the workspace memory (:class:`MemorySpec`); off by default.
     """
 
     prompt: str
@@ -163,6 +188,14 @@ class SessionSpec(_Spec):
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
     trust_workspace: bool = False
+    isolation: TaskIsolation = TaskIsolation.SHARED
+    memory: MemorySpec = Field(default_factory=MemorySpec)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_shorthand(cls, value: Any) -> Any:
+        """``memory: true`` / ``false`` is ``{enabled: ...}``."""
+        return {"enabled": value} if isinstance(value, bool) else value
 
     @field_validator("agents", mode="before")
     @classmethod

@@ -20,9 +20,10 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
+from nahida_workers.core.children import TASK_TOOL
 from nahida_workers.core.events import Event, EventType, ExecutionReceipt
 
-__all__ = ["Bar", "bars_of", "overlapping_pairs", "timeline_svg"]
+__all__ = ["Bar", "bars_of", "origin_of", "overlapping_pairs", "timeline_svg"]
 
 WIDTH = 960
 LEFT = 110
@@ -46,6 +47,7 @@ class Bar:
     synthetic: bool
     detail: str
     call_id: str | None = None
+    lane_key: str | None = None  # "wait", or "child:<session id>" (web/waits.py)
 
 
 def _seconds(at: datetime | None, origin: datetime) -> float:
@@ -57,20 +59,19 @@ def bars_of(
     receipts: Sequence[ExecutionReceipt],
     *,
     placement: Mapping[str, str] | None = None,
+    origin: datetime | None = None,
 ) -> list[Bar]:
     """Provider-turn and tool-call bars of one run, in ledger order.
 
     Args:
         placement: tool name -> ``remote`` / ``local`` / ``inline`` (as the
             session's tools declare it); unknown tools show ``inline``.
+        origin: time zero (default: :func:`origin_of` the events and receipts).
     """
     stamped = [e for e in events if e.created_at is not None]
     if not stamped:
         return []
-    origin = min(
-        [e.created_at for e in stamped if e.created_at is not None]
-        + [r.started_at for r in receipts]
-    )
+    origin = origin or origin_of(events, receipts)
     placement = placement or {}
     by_call = {r.call_id: r for r in receipts}
     results = {e.call_id: e for e in events if e.type is EventType.TOOL_RESULT}
@@ -98,6 +99,18 @@ def bars_of(
     return bars
 
 
+def origin_of(events: Sequence[Event], receipts: Sequence[ExecutionReceipt]) -> datetime:
+    """Time zero of a run's timeline: its first event or receipt start.
+
+    Raises:
+        ValueError: no event carries a time and there is no receipt.
+    """
+    return min(
+        [e.created_at for e in events if e.created_at is not None]
+        + [r.started_at for r in receipts]
+    )
+
+
 def _tool_bar(
     call: Event,
     by_call: Mapping[str, ExecutionReceipt],
@@ -111,7 +124,7 @@ def _tool_bar(
     result_payload: Mapping[str, Any] = result.payload if result is not None else {}
     synthetic = bool(result_payload.get("synthetic"))
     status = str(result_payload.get("status") or (receipt.status.value if receipt else "open"))
-    if receipt is not None:
+    if receipt is not None and name != TASK_TOOL:
         start, end = receipt.started_at, receipt.finished_at
         ms = (end - start).total_seconds() * 1000
         detail = (
@@ -119,9 +132,15 @@ def _tool_bar(
             f"{receipt.evidence_kind.value}, evidence {json.dumps(receipt.evidence, default=str)}"
         )
     else:
+        # No receipt, or a Task call (its receipt is written when the child's
+        # outcome is adopted): drawn from the call's commit to its result's.
         start = call.created_at or origin
         end = result.created_at if result is not None and result.created_at else start
-        detail = f"{name} {call.call_id}: no receipt; result {status}"
+        detail = f"{name} {call.call_id}: " + (
+            f"waited on its child session; result {status}"
+            if receipt is not None
+            else f"no receipt; result {status}"
+        )
     if synthetic:
         detail += f" (synthetic result: {status}, outcome unknown)"
     return Bar(
@@ -131,29 +150,50 @@ def _tool_bar(
         end_s=_seconds(end, origin),
         status=status,
         placement=placement.get(name, "inline"),
-        synthetic=synthetic or receipt is None,
+        synthetic=synthetic or (receipt is None and name != TASK_TOOL),
         detail=detail[:600],
         call_id=call.call_id,
     )
 
 
-def _lanes(bars: Sequence[Bar]) -> list[int]:
-    """Lane of each bar: provider turns on lane 0, tools greedily below it."""
+def _lanes(bars: Sequence[Bar]) -> tuple[list[int], dict[int, str]]:
+    """Lane of each bar, and each lane's label.
+
+    Lane 0: waiting (queue, parked, retries); 1: provider turns; then the tool
+    calls, greedily (overlapping calls get separate lanes); then one lane per
+    child session, in the order they appear (grouped by their Task call).
+    """
+    tool_of: list[int | None] = []
     ends: list[float] = []
-    lanes = []
     for bar in bars:
-        if bar.kind == "provider":
-            lanes.append(0)
+        if bar.kind != "tool":
+            tool_of.append(None)
             continue
         for index, end in enumerate(ends):
             if end <= bar.start_s:
                 ends[index] = bar.end_s
-                lanes.append(index + 1)
+                tool_of.append(index)
                 break
         else:
             ends.append(bar.end_s)
-            lanes.append(len(ends))
-    return lanes
+            tool_of.append(len(ends) - 1)
+    first_child = 2 + max(1, len(ends))
+    child_lane: dict[str, int] = {}
+    labels = {0: "waiting", 1: "provider", 2: "tools"}
+    lanes = []
+    for bar, tool in zip(bars, tool_of, strict=True):
+        if tool is not None:
+            lanes.append(2 + tool)
+        elif bar.kind == "provider":
+            lanes.append(1)
+        elif bar.lane_key and bar.lane_key.startswith("child:"):
+            if bar.lane_key not in child_lane:
+                child_lane[bar.lane_key] = first_child + len(child_lane)
+                labels[child_lane[bar.lane_key]] = "child " + bar.lane_key[6:14]
+            lanes.append(child_lane[bar.lane_key])
+        else:
+            lanes.append(0)
+    return lanes, labels
 
 
 def overlapping_pairs(bars: Sequence[Bar]) -> int:
@@ -167,7 +207,23 @@ def overlapping_pairs(bars: Sequence[Bar]) -> int:
     )
 
 
+#: Fill of the waiting and child bars, by kind (a child's by its state).
+WAIT_COLOURS = {"queue": "#e0e0e0", "parked": "#f5deb3", "retry": "#f4b6b6"}
+CHILD_COLOURS = {
+    "completed": "#7fbf7f",
+    "failed": "#d9534f",
+    "cancelled": "#c9a0dc",
+    "incomplete": "#f0ad4e",
+    "unverified": "#f0ad4e",
+    "queued": "#e0e0e0",
+}
+
+
 def _colour(bar: Bar) -> str:
+    if bar.kind in WAIT_COLOURS:
+        return WAIT_COLOURS[bar.kind]
+    if bar.kind == "child":
+        return CHILD_COLOURS.get(bar.status, "#9ecae1")
     if bar.kind == "provider":
         return "#6c8ebf"
     if bar.status in MARKED or bar.synthetic:
@@ -179,23 +235,23 @@ def _colour(bar: Bar) -> str:
 
 def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
     """The SVG document (a string) for ``bars``."""
-    lanes = _lanes(bars)
+    lanes, labels = _lanes(bars)
     span = max([b.end_s for b in bars] + [0.001])
     scale = (WIDTH - LEFT - 20) / span
-    height = TOP + (max([*lanes, 0]) + 1) * LANE_H + 40
+    height = TOP + (max([*lanes, *labels]) + 1) * LANE_H + 54
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{WIDTH}" '
         f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" '
         f'font-size="11"><title>{escape(title)}</title>',
-        f'<text x="4" y="{TOP + BAR_H - 4}">provider</text>',
-        f'<text x="4" y="{TOP + LANE_H + BAR_H - 4}">tools</text>',
     ]
+    for lane, label in sorted(labels.items()):
+        parts.append(f'<text x="4" y="{TOP + lane * LANE_H + BAR_H - 4}">{escape(label)}</text>')
     for tick in range(6):
         x = LEFT + tick * (WIDTH - LEFT - 20) / 5
         label = f"{span * tick / 5 * 1000:.0f} ms"
         parts.append(
-            f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{height - 30}" stroke="#ddd"/>'
-            f'<text x="{x:.1f}" y="{height - 16}" text-anchor="middle">{label}</text>'
+            f'<line x1="{x:.1f}" y1="{TOP - 6}" x2="{x:.1f}" y2="{height - 44}" stroke="#ddd"/>'
+            f'<text x="{x:.1f}" y="{height - 32}" text-anchor="middle">{label}</text>'
         )
     for bar, lane in zip(bars, lanes, strict=True):
         x = LEFT + bar.start_s * scale
@@ -203,7 +259,9 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         y = TOP + lane * LANE_H
         marked = bar.status in MARKED or bar.synthetic
         classes = f"bar {bar.kind} {bar.placement}" + (" marked" if marked else "")
-        dash = ' stroke-dasharray="4 2"' if bar.synthetic else ""
+        if bar.lane_key == "wait":
+            classes = f"bar wait {bar.kind}"
+        dash = ' stroke-dasharray="4 2"' if bar.synthetic or bar.kind == "queue" else ""
         parts.append(
             f'<g class="{classes}" data-start-ms="{bar.start_s * 1000:.3f}" '
             f'data-end-ms="{bar.end_s * 1000:.3f}" data-call-id="{escape(bar.call_id or "")}">'
@@ -215,8 +273,10 @@ def timeline_svg(bars: Sequence[Bar], *, title: str = "") -> str:
         )
     legend_y = height - 4
     parts.append(
-        f'<text x="{LEFT}" y="{legend_y}" fill="#555">blue: provider turn; green: remote '
-        "(tools queue); cyan: local pool; violet: inline; red/dashed: interrupted or "
-        "synthetic; hover a bar for its receipt</text></svg>"
+        f'<text x="{LEFT}" y="{legend_y - 14}" fill="#555">waiting lane: grey dashed queued, '
+        "tan parked, pink a new owner (retry); blue: provider turn; child lanes by their "
+        "state; hover a bar for details</text>"
+        f'<text x="{LEFT}" y="{legend_y}" fill="#555">tools: green remote (tools queue), '
+        "cyan local pool, violet inline; red/dashed: interrupted or synthetic</text></svg>"
     )
     return "".join(parts)

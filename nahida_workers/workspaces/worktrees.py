@@ -265,12 +265,24 @@ class WorktreeManager:
         ref_lock = info.common_dir / (_HEADS + branch + ".lock")
         ops.remove_stale_lock(ref_lock, older_than_s=self.stale_lock_s)
 
-    def discard(self, repo: Path, session_id: str) -> None:
+    def discard(
+        self, repo: Path, session_id: str, *, unless: Callable[[], bool] | None = None
+    ) -> bool:
         """Throw a session's worktree away: remove the worktree, delete its branch and base ref.
 
         For a session that failed to get its worktree or whose work must not
         be kept.  Uncommitted and committed work of the session is lost.
         Idempotent: discarding an unknown or discarded session does nothing.
+
+        Args:
+            unless: asked under the repository lock, just before anything is
+                deleted; True keeps everything (``nahida worktrees prune``
+                asks the ledger whether the session is live: a session that
+                starts takes the same lock to make its worktree, so the
+                answer cannot go stale before the deletion).
+
+        Returns:
+            False when ``unless`` said to keep it, else True.
 
         Raises:
             WorkspaceUnavailableError: ``repo`` is not a reachable git working tree.
@@ -280,11 +292,14 @@ class WorktreeManager:
         info = open_repository(repo)
         path = worktree_path(info, session_id, self.root)
 
-        def once() -> None:
+        def once() -> bool:
             with self._lock(info):
+                if unless is not None and unless():
+                    return False
                 attempts.discard(info, session_id, path)
+                return True
 
-        self._retrying(once, what=f"discard the worktree of session {session_id}")
+        return self._retrying(once, what=f"discard the worktree of session {session_id}")
 
     # -- plumbing -----------------------------------------------------------
 

@@ -32,6 +32,8 @@ def test_steer_while_running_and_cancel(fleet: Fleet, pg: SqlLedger, tmp_path: P
     fleet.start_worker(name="w")
     r1 = make_repo(tmp_path / "r1")
     marker = r1 / "started"  # inside the workspace: Bash writes nowhere else
+    go = r1 / "go"  # the Bash call ends once the steering is recorded, however slow the CLI
+    wait_go = f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.1; done"
     busy = scripted_spec(
         [
             {
@@ -40,7 +42,7 @@ def test_steer_while_running_and_cancel(fleet: Fleet, pg: SqlLedger, tmp_path: P
                     {
                         "id": "b",
                         "name": "Bash",
-                        "arguments": {"command": f"touch {marker}; sleep 3"},
+                        "arguments": {"command": f"touch {marker}; {wait_go}"},
                     }
                 ],
             },
@@ -54,6 +56,7 @@ def test_steer_while_running_and_cancel(fleet: Fleet, pg: SqlLedger, tmp_path: P
     for _ in range(2):  # the same message id twice is one message
         done = _nahida(["steer", sid, "also look at docs/", "--message-id", "s-1"], fleet)
         assert done.returncode == 0, done.stderr
+    go.touch()
     wait_done(pg, sid, timeout=30)
     run = pg.runs_of(sid)[0]
     inputs = [e.payload for e in pg.events(run.run_id) if e.type is EventType.USER_INPUT]

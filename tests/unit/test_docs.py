@@ -33,7 +33,10 @@ FIRST_COMMAND = (
     ".venv/bin/python scripts/fetch_corpus.py && .venv/bin/nahida batch "
     "config/jobs/repo-survey.yaml --local --repos-from corpus/repos.txt"
 )
-TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/pytest"
+TEST_COMMAND = (
+    "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' "
+    "&& .venv/bin/pytest -n 3 --dist loadfile"
+)
 #: What .ci/run greps from the README to find the test command (keep in step with it).
 CI_GREP = ".venv/bin/pip install -e '.[dev]'"
 

@@ -52,6 +52,7 @@ ADAPTERS = (
 #: and the sweep's team step (``commits/team_release.py``).
 TRANSACTION_OWNERS = frozenset(
     {
+        "nahida_workers.runtime.commits.memory",
         "nahida_workers.runtime.commits.points",
         "nahida_workers.runtime.commits.team",
         "nahida_workers.runtime.commits.team_release",

@@ -8,7 +8,8 @@ The loop never sees a worktree.  The runtime, around it:
 2. :func:`prepare` -- after that commit and before the child is published,
    the worktree is created (``ensure``: branch ``nahida/<child id>`` at the
    recorded base);
-3. :func:`isolate` -- the child's own delivery calls ``ensure`` again
+3. :func:`isolate` (a top-level session: :func:`isolate_top_level`, its job
+   asks ``isolation: worktree``) -- the child's own delivery calls ``ensure`` again
    (idempotent; it covers a parent that crashed between 1 and 2) and runs
    the child in ``worktree.workspace``; a worktree that cannot be made ends
    the child ``failed/worktree_unavailable`` (the manager deleted any
@@ -25,6 +26,7 @@ or a filesystem every worker mounts at the same path: ``workspaces/``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,15 @@ from nahida_workers.errors import WorkspaceUnavailableError, WorktreeUnavailable
 from nahida_workers.workspaces import WorktreeManager
 from nahida_workers.workspaces.model import Worktree
 
-__all__ = ["finish", "isolate", "isolated", "prepare", "record_base"]
+__all__ = [
+    "finish",
+    "isolate",
+    "isolate_top_level",
+    "isolated",
+    "prepare",
+    "record_base",
+    "top_level_isolated",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +54,27 @@ BASE_KEY = "worktree_base"
 def isolated(link: ChildLink | None) -> bool:
     """Whether the session was started with ``isolation: worktree``."""
     return link is not None and link.lineage.get("isolation") == "worktree"
+
+
+def top_level_isolated(config: Mapping[str, Any]) -> bool:
+    """Whether a top-level session's config snapshot asks for ``isolation: worktree``."""
+    return str(config.get("isolation") or "") == "worktree"
+
+
+def isolate_top_level(manager: WorktreeManager, workspace: str, session_id: str) -> Worktree:
+    """A top-level ``isolation: worktree`` session's worktree (made or found).
+
+    The same launcher as a child's (:func:`isolate`): the repository lock,
+    the retries, the branch ``nahida/<session id>``.  Its base is the
+    workspace's HEAD when the first attempt runs, recorded in
+    ``refs/nahida/base/<session id>`` before the branch exists, so a
+    redelivery -- or the session's next run, after steering -- finds the
+    same base and the same branch (``WorktreeManager.ensure``).
+
+    Raises:
+        WorktreeUnavailableError / WorkspaceUnavailableError: no worktree here.
+    """
+    return manager.ensure(Path(workspace), session_id)
 
 
 def record_base(manager: WorktreeManager, workspace: str) -> str:

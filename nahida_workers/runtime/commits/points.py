@@ -105,6 +105,7 @@ from nahida_workers.runtime.commits.pause_points import pause_point
 from nahida_workers.runtime.fanout.calls import Execution
 from nahida_workers.runtime.observe.observer import Observer
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
+from nahida_workers.workspaces import WorktreeManager
 from nahida_workers.workspaces.model import Worktree
 
 __all__ = ["CommitLedger", "CommitPoints", "Family", "hand_back", "take_over"]
@@ -154,8 +155,6 @@ class Family:
             path; an unpublished row is re-published by the sweeper).
         inbox_limits: the parent inbox's bounds a background child's
             completion is posted under (``runtime/children/close.py``).
-        worktree: this session's own worktree (``isolation: worktree``),
-            finished before its seal (``runtime/children/worktree.py``).
     """
 
     children: ChildLedger[Any]
@@ -163,7 +162,6 @@ class Family:
     parent_id: str | None = None
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
-    worktree: Worktree | None = None
 
     def prepare_worktrees(self) -> None:
         """Create the worktrees of the worktree children the last spawn created."""
@@ -173,13 +171,6 @@ class Family:
         for child, base in self.spawner.isolated:
             prepare(manager, self.spawner.session.workspace, child, base)
         self.spawner.isolated = []
-
-    def finish_worktree(self, summary: str) -> dict[str, Any]:
-        """Commit this session's worktree changes on its branch (before its seal); {} if none."""
-        manager = self.spawner.worktrees
-        if self.worktree is None or manager is None:
-            return {}
-        return finish(manager, self.worktree, summary)
 
     def running(self) -> list[str]:
         """This session's children that have not ended (read from the ledger)."""
@@ -213,6 +204,9 @@ class CommitPoints:
             next-turn inbox messages, as the last commit read them under the
             fence's row lock (free and fresh at every commit point).
         observer: told what committed (set once the run is driven).
+        worktree: this session's own worktree (``isolation: worktree``, a
+            child's or a top-level session's) and the manager that made it;
+            finished before the seal (``runtime/children/worktree.py``).
     """
 
     def __init__(
@@ -236,6 +230,14 @@ class CommitPoints:
         self.cancel_seen = cancel_seen
         self.inbox_pending = 0
         self.family: Family | None = None
+        self.worktree: tuple[WorktreeManager, Worktree] | None = None
+
+    def finish_worktree(self, summary: str) -> dict[str, Any]:
+        """Commit this session's worktree changes on its branch (before its seal); {} if none."""
+        if self.worktree is None:
+            return {}
+        manager, tree = self.worktree
+        return finish(manager, tree, summary)
 
     # -- runs ----------------------------------------------------------------------
     def open_run(self, run: RunRecord, events: Sequence[Event], claims: Sequence[str]) -> None:
@@ -469,9 +471,8 @@ class CommitPoints:
         """The terminal event, after ``closed`` closing results, with its evidence."""
         event = terminal_event(state, finish, now=now)
         event = event.model_copy(update={"sequence": event.sequence + closed})
-        family = self.family
-        if family is not None and family.worktree is not None:  # the commit is evidence
-            done = family.finish_worktree(finish.final_text)
+        if self.worktree is not None:  # the commit is evidence (a parent's receipt, a result)
+            done = self.finish_worktree(finish.final_text)
             event = event.model_copy(update={"payload": {**event.payload, **done}})
         if running:  # section 8: a parent that ends names the children it leaves running
             event = event.model_copy(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, assert_never
@@ -83,6 +83,7 @@ from nahida_workers.tools.team import SESSION_BOUND_TOOLS
 if TYPE_CHECKING:
     from nahida_workers.core.records import SessionRecord
     from nahida_workers.ports import Provider
+    from nahida_workers.runtime.memory import SessionMemory
     from nahida_workers.runtime.ownership.delivery import DeliveryPorts
     from nahida_workers.runtime.teams.session import TeamSession
 
@@ -207,6 +208,17 @@ class RunDriver:
         self._cancel_checked_at: float | None = None
         self.parked = False
         self.team: TeamSession | None = None
+        self.memory: SessionMemory | None = None
+
+    def attach_memory(self, memory: SessionMemory) -> None:
+        """Give the run its workspace memory (``runtime/memory.py``): read once per delivery."""
+        self.memory = memory
+        self.config = replace(
+            self.config,
+            memory=memory.load(),
+            memory_limit=memory.spec.max_items,
+            workspace=str(self.job.workspace),
+        )
 
     # -- the loop -----------------------------------------------------------------------
     def drive(self) -> None:
@@ -356,6 +368,8 @@ class RunDriver:
         return True
 
     def _apply_call_provider(self, decision: CallProvider) -> bool:
+        if self.memory is not None:
+            self.memory.note(decision.memory)
         prestart = self._prestart()
         self.fallback.arm(self.job, prestart)
         try:

@@ -40,8 +40,14 @@ from nahida_workers.ports import Fence
 from nahida_workers.runtime.artifacts import artifact_problem, offer_artifact_tool
 from nahida_workers.runtime.children.report import child_report
 from nahida_workers.runtime.children.spawn import Spawner
-from nahida_workers.runtime.children.worktree import isolate, isolated
+from nahida_workers.runtime.children.worktree import (
+    isolate,
+    isolate_top_level,
+    isolated,
+    top_level_isolated,
+)
 from nahida_workers.runtime.commits.points import CommitPoints, Family
+from nahida_workers.runtime.memory import SessionMemory
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
 from nahida_workers.runtime.ownership.history import session_history
@@ -49,6 +55,7 @@ from nahida_workers.runtime.ownership.outcome import HandedOver, SessionOutcome
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.runtime.teams.wiring import TEAM_TOOL_NAMES, team_wiring
 from nahida_workers.tools.base import ToolRegistry
+from nahida_workers.tools.remember import Remember
 from nahida_workers.tools.task_output import TaskOutput
 
 if TYPE_CHECKING:
@@ -84,6 +91,8 @@ class SessionOwner:
     ) -> None:
         self.r = runner
         self.session = session
+        #: The workspace as submitted (``self.session`` may move to a worktree of it).
+        self.workspace = session.workspace
         self.fence = fence
         self.commits = CommitPoints(
             runner.ledger,
@@ -276,33 +285,71 @@ class SessionOwner:
                 FailureCode.PROMPT_ARTIFACT_INVALID,
             )
             return False
+        memory = self._memory(spec)
+        if memory is not None:
+            registry = registry.with_tool(Remember(memory))
         driver = RunDriver(self.r, self.session, spec, self.commits, state, run, registry)
         driver.team = team.session if team is not None else None
+        if memory is not None:
+            driver.attach_memory(memory)
         driver.drive()
         return driver.parked
+
+    def _memory(self, spec: SessionSpec) -> SessionMemory | None:
+        """The workspace memory of a job with ``memory: true`` (docs/memory.md), else None.
+
+        Keyed by the workspace the session was submitted with (a worktree's
+        session shares its repository's memory).
+        """
+        if not spec.memory.enabled:
+            return None
+        family = self.commits.family
+        link = family.spawner.link() if family is not None else None
+        return SessionMemory(
+            self.r.ledger,
+            self.r.clock,
+            self.fence,
+            self.commits.heartbeat,
+            workspace=self.workspace,
+            root_id=(link.root_id if link is not None else None) or self.session.session_id,
+            spec=spec.memory,
+        )
 
     def _isolate(self, state: RunState, run: RunRecord) -> bool:
         """An ``isolation: worktree`` session runs in its own worktree (children/worktree.py).
 
-        Returns False when the run was sealed ``failed/worktree_unavailable``
-        (its parent then adopts an error instead of waiting; case B22).
+        A child asks for it in its Task call (lineage); a top-level session in
+        its job (``isolation: worktree``).  Both get the same launcher: the
+        repository lock, the recorded base, the result branch.  Returns False
+        when the run was sealed ``failed/worktree_unavailable`` (a parent then
+        adopts an error instead of waiting; case B22).
         """
+        if state.terminal is not None:
+            return True
         family = self.commits.family
         link = family.spawner.link() if family is not None else None
-        if family is None or link is None or not isolated(link) or state.terminal is not None:
+        if link is not None:
+            if not isolated(link):
+                return True
+        elif self.session.parent_id is not None or not top_level_isolated(self.session.config):
             return True
         manager = self.r.worktrees
         try:
             if manager is None:
                 raise WorktreeUnavailableError("this worker has no worktree manager")
-            worktree = isolate(manager, self.session.workspace, self.session.session_id, link)
+            if link is not None:
+                worktree = isolate(manager, self.session.workspace, self.session.session_id, link)
+            else:
+                worktree = isolate_top_level(
+                    manager, self.session.workspace, self.session.session_id
+                )
         except (WorktreeUnavailableError, WorkspaceUnavailableError) as exc:
             log.error("run %s: no worktree: %s", run.run_id, exc)
             self.commits.seal_failed(
                 state, run, ReasonCode.WORKTREE_UNAVAILABLE, FailureCode.WORKTREE_UNAVAILABLE
             )
             return False
-        family.worktree = worktree
+        self.commits.worktree = (manager, worktree)
         self.session = self.session.model_copy(update={"workspace": str(worktree.workspace)})
         return True
 

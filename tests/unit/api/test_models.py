@@ -12,7 +12,7 @@ from nahida_workers.api import models
 from nahida_workers.core.messages import Usage
 from nahida_workers.providers.config import ProviderConfig
 from nahida_workers.providers.scripted import Script, ScriptedCall, ScriptError, ScriptTurn
-from nahida_workers.runtime.spec import AgentProfile, JobSpec
+from nahida_workers.runtime.spec import AgentProfile, JobSpec, MemorySpec
 
 
 @pytest.mark.parametrize(
@@ -34,6 +34,7 @@ def test_the_script_models_have_the_fields_of_the_scripted_provider(
 def test_the_job_model_names_every_field_of_a_job_and_an_agent_profile() -> None:
     assert set(models.JobIn.model_fields) == set(JobSpec.model_fields)
     assert set(models.AgentProfileIn.model_fields) == set(AgentProfile.model_fields)
+    assert set(models.MemoryIn.model_fields) == set(MemorySpec.model_fields)
     provider_fields = set(ProviderConfig.model_fields)
     for variant in (models.ScriptedProviderIn, models.OpenAIProviderIn):
         assert set(variant.model_fields) <= provider_fields
