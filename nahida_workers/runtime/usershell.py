@@ -40,7 +40,7 @@ from nahida_workers.errors import (
     UserError,
     WorkspaceUnavailableError,
 )
-from nahida_workers.runtime.children.worktree import isolated
+from nahida_workers.runtime.children.worktree import isolated, top_level_isolated
 from nahida_workers.runtime.spec import SessionSpec
 from nahida_workers.tools.base import ToolContext
 from nahida_workers.tools.bash import Bash
@@ -158,12 +158,16 @@ def session_workspace(
 ) -> Path:
     """Where the session's tools run: its worktree when it has ``isolation: worktree``.
 
+    A child asks for it in its Task call (its lineage), a top-level session in
+    its job (its config), as the session owner decides it.
+
     Args:
         session: the session row.
         link: its lineage (``child_ledger(ledger).link(session_id)``), or None.
         worktree_path: ``WorktreeManager.path_for`` (nothing is created).
     """
-    if isolated(link):
+    top_level = session.parent_id is None and top_level_isolated(session.config)
+    if isolated(link) or top_level:
         return worktree_path(Path(session.workspace), session.session_id)
     return Path(session.workspace)
 

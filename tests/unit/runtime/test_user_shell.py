@@ -302,6 +302,8 @@ def test_an_isolated_session_runs_in_its_worktree(ws: Path, tmp_path: Path) -> N
     assert session_workspace(session, isolated, path_for) == tree
     assert session_workspace(session, ChildLink(world.sid), path_for) == ws
     assert session_workspace(session, None, path_for) == ws
+    top = session.model_copy(update={"config": {**session.config, "isolation": "worktree"}})
+    assert session_workspace(top, None, path_for) == tree  # a top-level isolated session
     run = world.shell(
         "pwd",
         sandbox=Sandbox(mode=SandboxMode.NONE),
