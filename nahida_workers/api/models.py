@@ -37,6 +37,7 @@ from nahida_workers.tools.base import Placement
 __all__ = [
     "MAX_ID",
     "AgentProfileIn",
+    "AskIn",
     "BatchList",
     "BatchReport",
     "ErrorBody",
@@ -45,6 +46,7 @@ __all__ = [
     "RunView",
     "SessionIn",
     "SessionView",
+    "SideAnswerOut",
     "SteerIn",
     "TeamView",
 ]
@@ -112,6 +114,12 @@ class ScriptTurnIn(_In):
     expect: ScriptExpectIn | None = None
 
 
+class AskTurnIn(ScriptTurnIn):
+    """A turn served to a side conversation: answered within the request, so briefly."""
+
+    delay_s: float = Field(0.0, ge=0, le=2.0)
+
+
 class ScriptIn(_In):
     """A whole script: ``turns`` served in order, ``next_runs`` to later runs, maybe looping."""
 
@@ -119,6 +127,11 @@ class ScriptIn(_In):
     next_runs: list[list[ScriptTurnIn]] = Field(default_factory=list)
     repeat_from: int | None = Field(
         None, ge=0, description="After a run's last turn, serve its turns from here again."
+    )
+    ask: list[AskTurnIn] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Turns served to side conversations (`POST /v1/sessions/{id}/ask`).",
     )
 
 
@@ -388,6 +401,24 @@ class SteerIn(_In):
         return value
 
 
+class AskIn(_In):
+    """``POST /v1/sessions/{id}/ask``: a side question."""
+
+    question: str = Field(
+        min_length=1,
+        max_length=16 * 1024,
+        description="The question; not only whitespace.",
+        json_schema_extra={"not": {"pattern": r"^\s*$"}},
+    )
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("question must hold a non-space character")
+        return value
+
+
 # -- responses -----------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     """What went wrong: a stable ``code`` and a sentence."""
@@ -439,6 +470,34 @@ class Acted(BaseModel):
     created: bool | None = None
     session_id: str | None = None
     message: str | None = None
+
+
+class RefusedCallOut(BaseModel):
+    """A tool call a side conversation refused (``turn``: its 0-based provider turn)."""
+
+    turn: int
+    call_id: str
+    name: str
+
+
+class SideAnswerOut(BaseModel):
+    """A side conversation's answer; ``record`` is the sha256 of the exchange's artifact.
+
+    Nothing was written to the session: its transcript and task are as before.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    question: str
+    answer: str
+    stop: Literal["answered", "turn_limit"]
+    turns: int
+    refused: list[RefusedCallOut]
+    transcript_messages: int
+    provider: str
+    model: str
+    record: str
 
 
 class BatchRow(BaseModel):

@@ -45,6 +45,10 @@ A session runs its script from turn 0 in every run.  ``next_runs`` (a list
 of turn lists) gives the session's second, third ... run their own turns
 instead (``ProviderRequest.run_index``); a run past the last list uses the
 last one.
+
+``ask`` (a list of turns) is what a side conversation about the session
+(``nahida ask``, ``runtime/side.py``) is served, turn N for its provider
+call N; a script without it cannot answer side questions.
 """
 
 from __future__ import annotations
@@ -165,6 +169,8 @@ class ScriptTurn(_Model):
 class Script(_Model):
     """A whole script: turns served in order (``next_runs``: the turns of later runs).
 
+    ``ask``: the turns side conversations are served (``runtime/side.py``).
+
     ``repeat_from``: after the last turn of a run, serve its turns from this
     index again, in a loop (None: the script is exhausted there).
     """
@@ -172,6 +178,7 @@ class Script(_Model):
     turns: tuple[ScriptTurn, ...]
     next_runs: tuple[tuple[ScriptTurn, ...], ...] = ()
     repeat_from: int | None = Field(None, ge=0)
+    ask: tuple[ScriptTurn, ...] = ()
 
     def turn_at(self, run_index: int, turn_index: int) -> ScriptTurn | None:
         """The turn served for provider call ``turn_index`` of run ``run_index``, or None."""
