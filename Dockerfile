@@ -1,7 +1,8 @@
 # One image for every fleet process; docker-compose.yml and the Procfile
 # choose the command.
 FROM python:3.11-slim
-RUN apt-get update && apt-get install -y --no-install-recommends git \
+# postgresql-client: `nahida migrate` runs pg_dump (15, as the compose server) first.
+RUN apt-get update && apt-get install -y --no-install-recommends git postgresql-client \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./

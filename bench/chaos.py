@@ -40,20 +40,32 @@ proves and which DESIGN.md rule it is):
 
 A worker that exits by itself is a failure of the run (it is not replaced).
 
+With ``--mixed`` the same fleet also runs a batch backlog (a big batch at
+priority 0 capped at half the slots, then a small one at priority 9), a
+schedule every 3 s decided by a real ``celery beat``, cancels of parents, of
+children and of queued backlog sessions through ``Inbox.cancel``, and a
+rolling SIGTERM restart of every session worker (``chaos_mixed``), and checks
+12-15 (``chaos_control``): every cancelled session sealed ``cancelled``,
+every parent of a cancelled subtree terminal, no fire ``missed``, every
+SIGTERMed worker handed over and exited 0; it reports the fire decision lag,
+the cancel-to-sealed latency and the small batch's queue wait.
+
     python -m bench.chaos --sessions 200 --workers 3    # exits 1 on any violation
+    python -m bench.chaos --sessions 200 --workers 3 --mixed
 
 Its parts: ``chaos_rig`` (timings, the plan, a private Redis, the tally),
 ``chaos_faults`` (the kills and outages), ``chaos_checks`` (checks 1-5),
 ``chaos_hostile`` (the hostile-input fault, checks 6-7), ``chaos_children``
-(parents with children, checks 8-11) and
-``chaos_diagnose`` (what a run that did not drain left behind).
+(parents with children, checks 8-11),
+``chaos_mixed`` and ``chaos_control`` (the mixed workload, checks 12-15),
+``chaos_diagnose`` (what a run that did not drain left behind) and
+``chaos_report`` (the checks' run, the summary and the verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import random
 import shutil
@@ -69,34 +81,27 @@ from typing import Any
 
 import psycopg
 import redis
-from rich.table import Table
 
-from bench.chaos_checks import (
-    Findings,
-    LedgerDump,
-    check_deliveries,
-    check_epochs,
-    check_steering,
-    check_terminals,
-    check_transcripts,
-    count_calls_without_receipt,
-    log_counts,
-    read_deliveries,
-)
-from bench.chaos_children import check_children, is_parent, parent_spec
+from bench.chaos_children import is_parent, parent_spec
 from bench.chaos_diagnose import describe_stuck, unfinished
 from bench.chaos_faults import Chaos
 from bench.chaos_hostile import (
     HOSTILE_BUDGET_S,
     HOSTILE_TOOLS,
-    check_hostile_budget,
-    check_no_collateral_timeouts,
     hostile_script,
     is_hostile,
     prepare_hostile_workspace,
 )
+from bench.chaos_mixed import (
+    Mixed,
+    MixedPlan,
+    beat_env,
+    describe,
+    is_cancel_target,
+    mixed_plan,
+)
+from bench.chaos_report import report
 from bench.chaos_rig import (
-    KILL_KINDS,
     LEASE_TTL_S,
     REDISPATCH_AFTER_S,
     REDISPATCH_QUEUED_AFTER_S,
@@ -120,8 +125,9 @@ from nahida_workers.ports import SystemClock
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
 from nahida_workers.runtime.dispatch.inbox import Inbox
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
+from nahida_workers.schedules.sql import SqlScheduleStore
 from nahida_workers.testing import scripted_spec
-from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker, make_repo
+from nahida_workers.testing.fleet import LEASE_DB, Fleet, make_repo
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -140,6 +146,7 @@ def plan_for(args: argparse.Namespace) -> Plan:
         seed=args.seed if args.seed is not None else random.SystemRandom().randrange(10**6),
         timeout_s=args.timeout or window + 180.0 + 0.5 * n,
         pool=args.pool,
+        sigterms=args.workers if args.mixed else 0,  # a rolling restart of every worker
     )
 
 
@@ -268,12 +275,14 @@ def hostile_spec(i: int, deliveries: Path) -> Any:
 
 def dispatch_stream(
     plan: Plan, dispatcher: Dispatcher, workspaces: list[Path], deliveries: Path,
-    submitted: list[str], stop: threading.Event,
+    submitted: list[str], steer: list[str], stop: threading.Event, *, mixed: bool = False,
 ) -> None:  # fmt: skip
     """Submit the sessions at an even pace over the first 80% of the window.
 
     An idempotency key per session makes a retried submit (the broker or the
     database was down) find the session instead of creating a second one.
+    Every session id goes to ``submitted`` (index i: session i), and to
+    ``steer`` unless a mixed run may cancel it (a cancel target is not steered).
     """
     start = time.monotonic()
     for i, workspace in enumerate(workspaces):
@@ -297,24 +306,8 @@ def dispatch_stream(
         )
         session, _ = retry(submit, what=f"submit session {i}")
         submitted.append(session.session_id)
-
-
-# -- reporting --------------------------------------------------------------------------
-def summary(plan: Plan, tally: Tally, found: Findings, extra: dict[str, Any]) -> Table:
-    """The compact table: each check's verdict, then the counts."""
-    table = Table(title=f"chaos run: {plan.sessions} sessions, {plan.workers} session workers")
-    table.add_column("item")
-    table.add_column("value", overflow="fold")
-    for name, bad in found.violations.items():
-        verdict = "PASS" if not bad else f"FAIL ({len(bad)}): " + "; ".join(bad[:3])
-        table.add_row(f"check {name}", verdict)
-    for kind in KILL_KINDS:
-        table.add_row(f"chaos: {kind}", str(tally.kills[kind]))
-    table.add_row("steering messages sent", str(len(tally.steering_sent)))
-    table.add_row("steering duplicates sent (same id)", str(tally.steering_duplicates))
-    for key, value in {**found.counts, **extra}.items():
-        table.add_row(key, str(value))
-    return table
+        if not (mixed and is_cancel_target(i)):
+            steer.append(session.session_id)
 
 
 # -- main -------------------------------------------------------------------------------
@@ -338,6 +331,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--timeout", type=float, default=0.0, help="s to wait for the end")
     p.add_argument("--logs", type=Path, default=None, help="copy worker and Redis logs here")
+    p.add_argument(
+        "--mixed",
+        action="store_true",
+        help="also a batch backlog, a small urgent batch, a schedule decided by celery beat, "
+        "cancels of parents and children, and a rolling SIGTERM restart (checks 12-15)",
+    )
+    p.add_argument(
+        "--backlog", type=int, default=None, help="--mixed: backlog sessions (default 2N, >= 40)"
+    )
     args = p.parse_args(argv)
     if args.sessions < 1 or args.workers < 2:
         p.error("--sessions must be >= 1 and --workers >= 2 (one is killed at a time)")
@@ -383,12 +385,18 @@ def main(argv: list[str] | None = None) -> int:
             lease_ttl_s=LEASE_TTL_S,
             visibility_timeout_s=VISIBILITY_TIMEOUT_S,
         )
+        if args.mixed:
+            say(describe(mixed_plan(plan, backlog=args.backlog)))
+            fleet.extra_env.update(beat_env(REDISPATCH_AFTER_S, REDISPATCH_QUEUED_AFTER_S))
         tally = Tally()
         chaos = Chaos(plan, fleet, server, db_name, tally)
         stop = threading.Event()
         threads: list[threading.Thread] = []
         try:
-            code = run(plan, fleet, server, ledger, dsn, root, chaos, tally, stop, threads)
+            sizes = mixed_plan(plan, backlog=args.backlog) if args.mixed else None
+            code = run(
+                plan, fleet, server, ledger, dsn, root, chaos, tally, stop, threads, sizes=sizes
+            )
         finally:
             stop.set()
             chaos.stop.set()
@@ -411,8 +419,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(
     plan: Plan, fleet: Fleet, server: RedisServer, ledger: SqlLedger, dsn: str, root: Path,
     chaos: Chaos, tally: Tally, stop: threading.Event, threads: list[threading.Thread],
+    *, sizes: MixedPlan | None = None,
 ) -> int:  # fmt: skip
-    """Start, run the chaos, wait for the end, stop the workers, then :func:`report`."""
+    """Start, run the chaos, wait for the end, stop the workers, then :func:`report`.
+
+    ``sizes``: a mixed run's workload (``chaos_mixed``), None for the plan alone.
+    """
     deliveries = root / "deliveries.log"
     with ThreadPoolExecutor(max_workers=8) as pool:
         workspaces = list(
@@ -425,6 +437,8 @@ def run(
         chaos.start_session_worker()
     chaos.start_tool_worker()
     chaos.wait_started()
+    if sizes is not None:
+        chaos.start_beat()
     dispatcher = fleet.dispatcher(ledger)
     leases = RedisLeaseStore.from_url(f"{server.url}/{LEASE_DB}", key_prefix=fleet.prefix)
     info = redis.Redis.from_url(server.url, socket_timeout=2, socket_connect_timeout=2)
@@ -441,23 +455,41 @@ def run(
     )  # fmt: skip
     inbox = Inbox(ledger, leases, dispatcher, clock)
     submitted: list[str] = []
+    steer: list[str] = []
     say(f"{len(chaos.session_workers)} session workers and a tool worker ready; dispatching")
     tally.t0 = time.monotonic()
-    for target, targs in (
+    work: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
         (sweeper_loop, (sweeper, tally, stop)),
-        (dispatch_stream, (plan, dispatcher, workspaces, deliveries, submitted, stop)),
+        (
+            functools.partial(dispatch_stream, mixed=sizes is not None),
+            (plan, dispatcher, workspaces, deliveries, submitted, steer, stop),
+        ),
         (chaos.run_schedule, ()),
-        (steering_loop, (plan, inbox, submitted, tally, stop)),
-    ):
-        thread = threading.Thread(
-            target=guarded(target, tally), args=targs, name=target.__name__, daemon=True
-        )
+        (steering_loop, (plan, inbox, steer, tally, stop)),
+    ]
+    mixed = None
+    if sizes is not None:
+        repo = make_repo(root / "ws" / "mixed")
+        store = SqlScheduleStore(ledger.engine)
+        mixed = Mixed(plan, sizes, dispatcher, inbox, store, dsn, repo)
+        mixed.start_schedule()
+        work += [
+            (mixed.submit_backlog, ()),
+            (mixed.submit_small, (stop,)),
+            (mixed.cancel_loop, (submitted, stop)),
+        ]
+    for target, targs in work:
+        name = getattr(target, "__name__", None) or target.func.__name__  # type: ignore[attr-defined]
+        thread = threading.Thread(target=guarded(target, tally), args=targs, name=name, daemon=True)
         thread.start()
         threads.append(thread)
-    for thread in threads[1:]:  # dispatch, chaos schedule, steering: all finite
+    for thread in threads[1:]:  # dispatch, chaos schedule, steering, mixed work: all finite
         while thread.is_alive():
             chaos.watchdog()
             thread.join(timeout=0.5)
+    chaos.wait_exits()
+    if mixed is not None:
+        mixed.stop_schedule()  # no more fires: the fleet can drain
     say("dispatch, chaos schedule and steering finished; waiting for the fleet to drain")
     deadline = time.monotonic() + plan.timeout_s
     left = (-1, -1)
@@ -467,7 +499,8 @@ def run(
             left = unfinished(dsn)
         except psycopg.Error:
             left = (-1, -1)
-        if left == (0, 0) and len(submitted) == plan.sessions:
+        settled = mixed is None or not mixed.fires_open()
+        if left == (0, 0) and len(submitted) == plan.sessions and settled:
             break
         time.sleep(0.5)  # polling interval of the observable state above
     drained = left == (0, 0)
@@ -486,70 +519,7 @@ def run(
             console.print(line, markup=False)
     workers = list(fleet.workers)
     fleet.stop()
-    return report(plan, ledger, tally, deliveries, workers, drained=drained)
-
-
-def report(
-    plan: Plan, ledger: SqlLedger, tally: Tally, deliveries: Path, workers: list[Worker],
-    *, drained: bool,
-) -> int:  # fmt: skip
-    """Run the checks on the quiet ledger, print the summary; the exit code."""
-    dump = retry(lambda: LedgerDump.read(ledger), what="read the ledger")
-    found = Findings()
-    check_terminals(dump, found)
-    check_deliveries(dump, read_deliveries(deliveries), found)
-    check_steering(dump, tally.steering_sent, found)
-    check_epochs(dump, found)
-    check_transcripts(dump, found)
-    count_calls_without_receipt(dump, found)
-    check_hostile_budget(dump, found)
-    check_no_collateral_timeouts(dump, found)
-    check_children(dump, ledger, found)
-    extra: dict[str, Any] = {
-        "pg backends terminated": tally.pg_backends_terminated,
-        "sweeps (errors)": f"{tally.sweeps} ({dict(tally.sweep_errors) or 'none'})",
-        "sweeper re-dispatches (broker resets)": f"{tally.redispatched} ({tally.broker_resets})",
-        "workers that exited by themselves (a failure)": len(tally.unexpected_exits),
-        "harness errors": len(tally.harness_errors),
-        **log_counts(workers),
-    }
-    console.print(summary(plan, tally, found, extra))
-    console.print("chaos timeline:", markup=False)
-    for line in tally.timeline:
-        console.print(f"  {line}", markup=False)
-    for line in tally.unexpected_exits:
-        console.print(f"FAILURE: a worker exited by itself: {line}", markup=False)
-    for line in tally.harness_errors:
-        console.print(f"HARNESS ERROR: {line}", markup=False)
-    failed = {k: v for k, v in found.violations.items() if v}
-    for name, bad in failed.items():
-        console.print(f"VIOLATION {name}: {len(bad)}", markup=False)
-        for line in bad[:20]:
-            console.print(f"  {line}", markup=False)
-    missing = [k for k in set(plan.events) if tally.kills[k] == 0]
-    if missing:
-        console.print(f"chaos events that never happened: {missing}", markup=False)
-    ok = (
-        drained
-        and not failed
-        and not missing
-        and not tally.harness_errors
-        and not tally.unexpected_exits  # a worker must survive every fault by itself
-    )
-    result = {
-        "drained": drained,
-        "violations": {k: len(v) for k, v in found.violations.items()},
-        "kills": {k: tally.kills[k] for k in KILL_KINDS},
-        "steering": [len(tally.steering_sent), tally.steering_duplicates],
-        "counts": {k: v for k, v in found.counts.items() if isinstance(v, int)},
-        "unexpected_exits": len(tally.unexpected_exits),
-        "harness_errors": len(tally.harness_errors),
-    }
-    console.print(
-        f"chaos result: {json.dumps(result, sort_keys=True)}", markup=False, soft_wrap=True
-    )
-    console.print(f"chaos verdict: {'PASS' if ok else 'FAIL'}", markup=False)
-    return 0 if ok else 1
+    return report(plan, ledger, tally, deliveries, workers, drained=drained, mixed=mixed)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,41 @@ from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.sql import SqlLedger
 from nahida_workers.testing.fleet import BROKER_DB
 
-
 # -- waiting --------------------------------------------------------------------------
+#: Inbox rows nothing will acknowledge: a child's completion posted to a parent
+#: that a cancel sealed (no run of it will claim it; ``bench/chaos_mixed.py``).
+LEFT_AT_CANCELLED = (
+    "i.kind = 'background' AND EXISTS (SELECT 1 FROM sessions s WHERE"
+    " s.session_id = i.session_id AND s.status = 'done' AND 'cancelled' = (SELECT"
+    " r.terminal_state FROM agent_runs r WHERE r.session_id = s.session_id"
+    " ORDER BY r.started_at DESC LIMIT 1))"
+)
+
+
 def unfinished(dsn: str) -> tuple[int, int]:
-    """``(sessions not done, inbox messages not acknowledged)``."""
+    """``(sessions not done, inbox messages not acknowledged)``.
+
+    A child's completion left at a cancelled parent is not counted (see
+    :data:`LEFT_AT_CANCELLED`; :func:`left_at_cancelled` counts those).
+    """
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM sessions WHERE status <> 'done'),"
-            " (SELECT count(*) FROM session_inbox WHERE status <> 'acknowledged')"
+            " (SELECT count(*) FROM session_inbox i WHERE status <> 'acknowledged'"
+            f" AND NOT ({LEFT_AT_CANCELLED}))"
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+def left_at_cancelled(dsn: str) -> int:
+    """Children's completions pending at a parent a cancel sealed (never claimed)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM session_inbox i WHERE status <> 'acknowledged'"
+            f" AND {LEFT_AT_CANCELLED}"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def describe_stuck(

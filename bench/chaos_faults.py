@@ -6,6 +6,11 @@ that exits on its own is recorded as a failure of the run and NOT replaced
 With ``--pool prefork`` a session-worker SIGKILL or SIGSTOP hits the pool child
 that owns sessions (the OOM killer's way), not the pool parent, which
 requeues the child's message and starts a new child.
+A mixed run (``--mixed``) adds a deploy's rolling restart: each step
+SIGTERMs the longest-running session worker (a replacement starts at once),
+which must hand its sessions over and exit 0 within
+:data:`~bench.chaos_rig.SIGTERM_GRACE_S`; and its beat process is watched
+like the workers (an exit by itself fails the run).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -22,7 +28,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import psycopg
 import redis
 
-from bench.chaos_rig import STOP_FOR_S, Plan, RedisServer, Tally, retry, say
+from bench.chaos_rig import (
+    SIGTERM_GRACE_S,
+    SIGTERM_KIND,
+    STOP_FOR_S,
+    Plan,
+    RedisServer,
+    Tally,
+    retry,
+    say,
+)
 from bench.common import ADMIN_DSN
 from nahida_workers.testing.fleet import LEASE_DB, Fleet, Worker
 
@@ -41,6 +56,8 @@ class Chaos:
         self.rng = random.Random(plan.seed)
         self.session_workers: list[Worker] = []
         self.tool_worker: Worker | None = None
+        self.beat: Worker | None = None  # a mixed run's ``celery beat``
+        self.exits: list[threading.Thread] = []  # waiters for SIGTERMed workers
         self.killed: set[str] = set()  # names of workers the harness killed on purpose
         self.starting: list[Future[Worker]] = []
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="start-worker")
@@ -86,6 +103,11 @@ class Chaos:
         future = self.pool.submit(start)
         self.starting.append(future)
         return future
+
+    def start_beat(self) -> Worker:
+        """Start ``celery beat`` (the ledger-backed scheduler) and wait until it runs a job."""
+        self.beat = self.fleet.start_beat(name=self._name("beat"))
+        return self.beat
 
     def wait_started(self) -> None:
         """Wait for every worker start submitted so far; a failed start is a harness error."""
@@ -197,6 +219,47 @@ class Chaos:
             except ProcessLookupError:
                 pass
 
+    def sigterm_session_worker(self) -> None:
+        """A rolling restart's step: SIGTERM the oldest session worker; start its replacement.
+
+        The SIGTERMed worker hands its sessions over at their next boundary
+        (the live workers take them) and exits; a thread waits for that and
+        puts its exit code and the seconds it took on the tally (``None``:
+        it outlived :data:`SIGTERM_GRACE_S` and was killed -- a failure of
+        the run), so the rest of the schedule keeps its times.
+        """
+        alive = self._live(lambda: self.session_workers, "session worker")
+        worker = alive[0]  # the longest-running: a rolling restart replaces every one in turn
+        try:
+            owned = self._owners()[worker.proc.pid]
+        except redis.RedisError:
+            owned = -1
+        self._retire(worker)
+        worker.kill(signal.SIGTERM)
+        started = time.monotonic()
+        self.tally.note(SIGTERM_KIND, f"{worker.name} (owned {owned} sessions)")
+        self.start_session_worker()
+
+        def wait_exit() -> None:
+            try:
+                code: int | None = worker.proc.wait(timeout=SIGTERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                code = None
+                worker.kill(signal.SIGKILL)
+                worker.proc.wait(timeout=10)
+            took = time.monotonic() - started
+            self.tally.sigterm_exits.append((worker.name, code, took))
+            say(f"chaos: {worker.name} exited {code} {took:.1f}s after its SIGTERM")
+
+        waiter = threading.Thread(target=wait_exit, name=f"exit-{worker.name}", daemon=True)
+        waiter.start()
+        self.exits.append(waiter)
+
+    def wait_exits(self) -> None:
+        """Wait for every SIGTERMed worker's exit to be recorded."""
+        for waiter in self.exits:
+            waiter.join(timeout=SIGTERM_GRACE_S + 30)
+
     def sigkill_tool_worker(self) -> None:
         """SIGKILL the tool worker; start its replacement."""
         (worker,) = self._live(
@@ -239,7 +302,11 @@ class Chaos:
     def _record_self_exits(self) -> None:
         """Note each worker that exited by itself; it is not replaced (that would hide it)."""
         with self._lock:
-            workers = [*self.session_workers, *([self.tool_worker] if self.tool_worker else [])]
+            workers = [
+                *self.session_workers,
+                *([self.tool_worker] if self.tool_worker else []),
+                *([self.beat] if self.beat else []),
+            ]
         for worker in workers:
             code = worker.proc.poll()
             if code is None or worker.name in self.killed:
@@ -249,7 +316,7 @@ class Chaos:
             why = next((ln for ln in lines if "CRITICAL" in ln), lines[-1] if lines else "")
             self.tally.unexpected_exits.append(f"{worker.name} exited {code}: {why[:300]}")
             say(f"FAILURE: {worker.name} exited by itself with code {code}; not replaced")
-            if worker is not self.tool_worker:
+            if worker in self.session_workers:
                 self._retire(worker)
 
     def run_schedule(self) -> None:
@@ -259,6 +326,7 @@ class Chaos:
         actions = {
             "sigkill session worker": self.sigkill_session_worker,
             "sigstop session worker": self.sigstop_session_worker,
+            SIGTERM_KIND: self.sigterm_session_worker,
             "sigkill tool worker": self.sigkill_tool_worker,
             "redis restart": self.restart_redis,
             "pg terminate backends": self.terminate_pg,

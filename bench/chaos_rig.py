@@ -43,6 +43,11 @@ KILL_KINDS = (
     "redis restart",
     "pg terminate backends",
 )
+#: The rolling-restart fault of a mixed run (``--mixed``): a deploy's SIGTERM.
+SIGTERM_KIND = "sigterm session worker"
+#: Seconds a SIGTERMed session worker may take to hand its sessions over and exit
+#: (its running steps are short Bash commands; past this it is a failure of the run).
+SIGTERM_GRACE_S = 60.0
 
 console = Console(highlight=False, width=120)
 
@@ -91,6 +96,7 @@ class Plan:
     seed: int
     timeout_s: float
     pool: str = "threads"  # Celery --pool of the session workers (threads or prefork)
+    sigterms: int = 0  # rolling SIGTERM restarts (``--mixed``: one per session worker)
 
     @property
     def events(self) -> list[str]:
@@ -98,8 +104,14 @@ class Plan:
         return (
             ["sigkill session worker"] * self.sigkills
             + ["sigstop session worker"] * self.sigstops
+            + [SIGTERM_KIND] * self.sigterms
             + ["sigkill tool worker", "redis restart", "pg terminate backends"]
         )
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of chaos event this run reports: the five faults, then the rest it plans."""
+        return [*KILL_KINDS, *sorted(set(self.events) - set(KILL_KINDS))]
 
 
 # -- our own Redis ------------------------------------------------------------------
@@ -175,6 +187,8 @@ class Tally:
     unexpected_exits: list[str] = field(default_factory=list)
     harness_errors: list[str] = field(default_factory=list)
     pg_backends_terminated: int = 0
+    #: Each SIGTERMed session worker: (name, exit code or None if it had to be killed, seconds).
+    sigterm_exits: list[tuple[str, int | None, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     t0: float = field(default_factory=time.monotonic)
 

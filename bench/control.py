@@ -14,8 +14,11 @@ queued sessions -- and the ratio printed:
 * **cancel-to-sealed**: ``--cancels`` queued sessions cancelled through the
   public cancel path (``Inbox.cancel``, what ``nahida cancel`` and the API
   call) while every slot is busy; the latency is the call to the session's
-  ``done`` in the ledger.  A session not sealed within ``--cancel-timeout``
-  counts as that many seconds and is reported as such.
+  ``done`` in the ledger.  A queued session is sealed by the canceller's own
+  transaction (``runtime/control/cancel.py``), so this is tens of
+  milliseconds whether or not a slot is free (it used to wait for one: ~4 s
+  idle).  A session not sealed within ``--cancel-timeout`` counts as that
+  many seconds and is reported as such.
 
 In the idle phase the slots are free for the fires and the small batch;
 before its cancels, slow sessions take every slot (a queued session is what

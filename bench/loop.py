@@ -138,8 +138,24 @@ class MinimalBaseline:
         assert state is not None and events is not None and receipts is not None
         return state[0], int(events[0]), int(receipts[0])
 
+    def _self_check(
+        self, cur: Any, events: str, rid: str, seq: int, turn_index: int, now: datetime
+    ) -> int:
+        """The runtime's self-check before every 5th turn (core/self_check.py): 2 rows, 1 tx."""
+        if turn_index == 0 or turn_index % 5:
+            return seq
+        with self.conn.transaction():
+            cur.executemany(
+                events,
+                [
+                    (rid, seq + 1, "control", None, json.dumps({"kind": "self_check"}), now),
+                    (rid, seq + 2, "user_input", None, json.dumps({"text": "check"}), now),
+                ],
+            )
+        return seq + 2
+
     def session(self) -> str:
-        """One session's rows: 1 + 2 per turn + 1 transactions; its run id."""
+        """One session's rows: 1 + 2 per turn + 1 per self-check + 1 transactions; its run id."""
         now = datetime.now(UTC)
         sid, rid = uuid.uuid4().hex, uuid.uuid4().hex
         cur = self.conn.cursor()
@@ -166,6 +182,7 @@ class MinimalBaseline:
             " payload_json, epoch, created_at) VALUES (%s, %s, %s, %s, %s, 1, %s)"
         )
         for turn_index, turn in enumerate(self.turns[:-1]):
+            seq = self._self_check(cur, events, rid, seq, turn_index, now)
             calls = [
                 ToolCall(call_id=c["id"], name=c["name"], arguments=c["arguments"])
                 for c in turn["tool_calls"]
@@ -226,6 +243,7 @@ class MinimalBaseline:
                     " 1, %s, %s)",
                     [(rid, c.call_id, "0" * 64, now, now) for c in calls],
                 )
+        seq = self._self_check(cur, events, rid, seq, len(self.turns) - 1, now)
         with self.conn.transaction():
             cur.executemany(
                 events,

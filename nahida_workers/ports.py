@@ -38,6 +38,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.facts import Timer
 from nahida_workers.core.lineage import ChildLimits, ChildLink, SpawnOutcome
 from nahida_workers.core.memory import MemoryItem, MemoryStatus
 from nahida_workers.core.messages import ProviderRequest, ProviderTurn, ToolCall
@@ -63,6 +64,7 @@ __all__ = [
     "ArtifactStore",
     "ChildLedger",
     "Clock",
+    "ControlLedger",
     "Fence",
     "FleetState",
     "LeaseStore",
@@ -289,9 +291,21 @@ class LedgerWriter(Protocol[TxT]):
         ...
 
     def set_session_status(
-        self, tx: TxT, session_id: str, status: SessionStatus, *, at: datetime
+        self,
+        tx: TxT,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        at: datetime,
+        only_from: SessionStatus | None = None,
     ) -> None:
-        """Set ``sessions.status``."""
+        """Set ``sessions.status``.
+
+        ``only_from``: write only while the status is still this one (a
+        compare-and-set in ``tx``; otherwise nothing is written).  The
+        sweeper's touch of a session it read a while ago uses it, so a
+        session sealed ``done`` meanwhile is never turned back.
+        """
         ...
 
     def request_cancel(self, tx: TxT, session_id: str, *, at: datetime) -> None:
@@ -513,13 +527,14 @@ class ChildLedger(Protocol[TxIn]):
         link: ChildLink,
         run: RunRecord,
         prompt: Event,
-        outbox: OutboxRecord,
+        outbox: OutboxRecord | None,
         limits: ChildLimits,
     ) -> SpawnOutcome:
         """Insert a child session, its first run, prompt event and outbox row, or refuse.
 
         Idempotent by ``child.session_id``: a known id writes nothing and
-        returns ``EXISTS``.  The limits are checked here, by the database
+        returns ``EXISTS``.  ``outbox`` None: no publish is owed (a child
+        born ``cancelled`` is never published).  The limits are checked here, by the database
         (a conditional insert under the root's row lock), never in memory.
         """
         ...
@@ -688,6 +703,69 @@ class TeamLedger(Protocol[TxIn]):
 
     def todos(self, session_id: str) -> tuple[list[dict[str, str]], int]:
         """A session's checklist and its version (``[]``, 0 when it never wrote one)."""
+        ...
+
+
+class ControlLedger(Protocol[TxIn]):
+    """Control facts written without a worker slot: fences and timers (DESIGN.md section 8).
+
+    A narrow port next to :class:`Ledger` (adapters ``ledger/memory_control.py``
+    and ``ledger/sql_control.py``), writing in the ledger's transactions.  The
+    canceller and beat's sweep are writers like any owner: they lock the
+    session row and bump its epoch (:meth:`fence_unowned`), so a worker that
+    takes the session afterwards finds it sealed.  Lock order, as for child
+    sessions: a timer row, then sessions child before ancestor.
+    """
+
+    def fence_unowned(
+        self, tx: TxIn, session_id: str, *, lease_free: bool, at: datetime
+    ) -> Fence | None:
+        """Lock the session row; if no worker holds it, bump its epoch and fence ``tx``.
+
+        "No worker holds it" is ``core.facts.may_seal`` on the status and
+        open owner read under the lock.  Returns the new fence (later writes
+        of ``tx`` to this session run under it), or None with nothing written.
+
+        Raises:
+            NotFoundError: no such session.
+        """
+        ...
+
+    def flag_cancel(self, tx: TxIn, session_id: str, *, at: datetime) -> bool:
+        """Set the cancel flag unless the session is ``done``; True when set (or already set)."""
+        ...
+
+    def cancel_flags(self, tx: TxIn, session_ids: Sequence[str]) -> dict[str, tuple[bool, bool]]:
+        """Per session, read in ``tx``: ``(cancel requested, parent_close is cancel)``.
+
+        A spawn's ancestor check (``core.facts.ancestor_cancelled``) reads its
+        chain here, in the transaction that commits the parent's tool call.
+        Unknown ids are left out.
+        """
+        ...
+
+    def set_timer(self, tx: TxIn, timer: Timer) -> None:
+        """Arm ``timer`` (insert, or re-arm the row of its id: due, payload, not fired).
+
+        Raises:
+            LedgerIntegrityError: no such session.
+        """
+        ...
+
+    def fire_timer(self, tx: TxIn, timer_id: str, *, outcome: str, at: datetime) -> bool:
+        """Compare-and-set: mark an armed timer fired; False when it was fired already.
+
+        Two beats firing one timer: the second waits for the first's row
+        lock and then finds it fired (nothing written).
+        """
+        ...
+
+    def due_timers(self, *, now: datetime, limit: int = 100) -> list[Timer]:
+        """Armed timers due at ``now``, earliest first (a read)."""
+        ...
+
+    def timers(self, session_id: str) -> list[Timer]:
+        """Every timer of a session, earliest due first (a read)."""
         ...
 
 

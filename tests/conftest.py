@@ -32,6 +32,7 @@ PG_URL_BASE = os.environ.get("NAHIDA_TEST_PG_URL", "postgresql+psycopg://postgre
 REDIS_URL = os.environ.get("NAHIDA_TEST_REDIS", "redis://127.0.0.1:6379")
 FIXTURES = Path(__file__).parent / "fixtures"
 LEDGER_TABLES = (
+    "session_timers",
     "memory_uses",
     "memory_items",
     "team_task_log",

@@ -23,6 +23,7 @@ from nahida_workers.api.openapi import install_openapi
 from nahida_workers.api.schedules import schedule_routes
 from nahida_workers.api.services import Services
 from nahida_workers.api.sessions import Tools, session_routes
+from nahida_workers.api.side import side_routes
 from nahida_workers.settings import Settings
 from nahida_workers.web.live import LIVE_PREFIX
 from nahida_workers.web.pages import web_router
@@ -86,6 +87,7 @@ def create_app(services: Services) -> FastAPI:
     tools = registered_tools(settings)
     v1 = APIRouter(prefix="/v1", tags=["v1"], dependencies=[Depends(known_query_only)])
     session_routes(v1, services, Tools(tools))
+    side_routes(v1, services)
     follow_routes(v1, services)
     schedule_routes(v1, services, Tools(tools))
     fleet_routes(v1, services)

@@ -23,11 +23,13 @@ from pydantic_core import PydanticCustomError
 from nahida_workers.api.fleet_models import UsageTotals
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.children import TaskIsolation
+from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import Event, EvidenceKind, EvidenceMode, ExecutionReceipt
 from nahida_workers.core.messages import StopReason, ToolChoice
 from nahida_workers.core.policy.delegation import DelegationMode
 from nahida_workers.core.policy.verification import DEFAULT_HIGH_RISK, DEFAULT_NOT_IMPLEMENTATION
 from nahida_workers.core.records import RunRecord, SessionRecord
+from nahida_workers.core.tool_profiles import ToolProfile
 from nahida_workers.providers.config import DEFAULT_API_KEY_ENV
 from nahida_workers.runtime.observe.channel import ChannelPolicy
 from nahida_workers.runtime.profiles import DEFAULT_TOOLS, Limits, ParentClose
@@ -36,6 +38,7 @@ from nahida_workers.tools.base import Placement
 __all__ = [
     "MAX_ID",
     "AgentProfileIn",
+    "AskIn",
     "BatchList",
     "BatchReport",
     "ErrorBody",
@@ -44,6 +47,7 @@ __all__ = [
     "RunView",
     "SessionIn",
     "SessionView",
+    "SideAnswerOut",
     "SteerIn",
     "TeamView",
 ]
@@ -88,6 +92,15 @@ class UsageIn(_In):
     cache_write_tokens: int = 0
 
 
+class ScriptExpectIn(_In):
+    """What a script turn expects of the request it answers (else the provider fails)."""
+
+    system_contains: list[str] = Field(default_factory=list, max_length=32)
+    system_lacks: list[str] = Field(default_factory=list, max_length=32)
+    last_user_contains: list[str] = Field(default_factory=list, max_length=32)
+    tool_name: str | None = None
+
+
 class ScriptTurnIn(_In):
     """One assistant turn of a script."""
 
@@ -99,6 +112,13 @@ class ScriptTurnIn(_In):
     usage: UsageIn | None = None
     delay_s: float = 0.0
     error: ScriptErrorIn | None = None
+    expect: ScriptExpectIn | None = None
+
+
+class AskTurnIn(ScriptTurnIn):
+    """A turn served to a side conversation: answered within the request, so briefly."""
+
+    delay_s: float = Field(0.0, ge=0, le=2.0)
 
 
 class ScriptIn(_In):
@@ -109,6 +129,11 @@ class ScriptIn(_In):
     repeat_from: int | None = Field(
         None, ge=0, description="After a run's last turn, serve its turns from here again."
     )
+    ask: list[AskTurnIn] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Turns served to side conversations (`POST /v1/sessions/{id}/ask`).",
+    )
 
 
 class _ProviderCommon(_In):
@@ -116,6 +141,9 @@ class _ProviderCommon(_In):
     timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds per connect and chunk.")
     tool_choice: ToolChoice | None = None
     supports_tools: bool = True
+    named_tool_choice: bool = Field(
+        True, description="The API accepts a named tool_choice (else `required` is sent)."
+    )
     max_output_tokens: int | None = Field(None, gt=0)
     max_retries: int = Field(2, ge=0, le=20)
     fallbacks: list[ProviderIn] = Field(
@@ -202,6 +230,12 @@ _TOOLS = Field(
 )
 
 
+_PROFILE_HELP = (
+    "reviewer (read-only tools), editor (+ write) or deliverer (+ deliver): a ceiling on "
+    "`tools`; with no `tools` it picks them."
+)
+
+
 def _unique(value: list[str] | None) -> list[str] | None:
     """A tools list names each tool once (``uniqueItems``)."""
     if value is not None and len(set(value)) != len(value):
@@ -221,6 +255,7 @@ class AgentProfileIn(_In):
     limits: Limits | None = Field(default_factory=Limits, description="``null``: the parent's.")
     parent_close: ParentClose = ParentClose.CANCEL
     network: bool = Field(False, description="Bash may use the network (NAHIDA_API_ALLOW_NETWORK).")
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
 
     _unique_tools = field_validator("tools")(_unique)
 
@@ -298,8 +333,16 @@ class JobIn(_In):
     delegation: DelegationIn = Field(default_factory=lambda: DelegationIn())
     verification: VerificationIn = Field(default_factory=lambda: VerificationIn())
     trust_workspace: bool = Field(
-        False, description="Read agent definitions from the workspace's .nahida/agents/."
+        False,
+        description="Read agent definitions from the workspace's .nahida/agents/ and its "
+        "instruction files (instruction_files) into the system prompt.",
     )
+    instruction_files: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_INSTRUCTION_FILES),
+        max_length=16,
+        description="Relative paths read when trust_workspace is true (default AGENTS.md).",
+    )
+    tool_profile: ToolProfile | None = Field(None, description=_PROFILE_HELP)
     isolation: TaskIsolation = Field(
         TaskIsolation.SHARED,
         description="`worktree`: each session runs in its own git worktree of the workspace.",
@@ -359,6 +402,24 @@ class SteerIn(_In):
         return value
 
 
+class AskIn(_In):
+    """``POST /v1/sessions/{id}/ask``: a side question."""
+
+    question: str = Field(
+        min_length=1,
+        max_length=16 * 1024,
+        description="The question; not only whitespace.",
+        json_schema_extra={"not": {"pattern": r"^\s*$"}},
+    )
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("question must hold a non-space character")
+        return value
+
+
 # -- responses -----------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     """What went wrong: a stable ``code`` and a sentence."""
@@ -412,6 +473,34 @@ class Acted(BaseModel):
     created: bool | None = None
     session_id: str | None = None
     message: str | None = None
+
+
+class RefusedCallOut(BaseModel):
+    """A tool call a side conversation refused (``turn``: its 0-based provider turn)."""
+
+    turn: int
+    call_id: str
+    name: str
+
+
+class SideAnswerOut(BaseModel):
+    """A side conversation's answer; ``record`` is the sha256 of the exchange's artifact.
+
+    Nothing was written to the session: its transcript and task are as before.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    question: str
+    answer: str
+    stop: Literal["answered", "turn_limit"]
+    turns: int
+    refused: list[RefusedCallOut]
+    transcript_messages: int
+    provider: str
+    model: str
+    record: str
 
 
 class BatchRow(BaseModel):

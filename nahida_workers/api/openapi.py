@@ -46,6 +46,7 @@ _DESCRIPTIONS = {
     415: "A body that is not `application/json`.",
     422: "A value outside the schema, or a query parameter the route does not declare.",
     429: "The session's inbox is full.",
+    502: "The session's provider failed to answer (`provider_error`).",
     503: "The server is at a limit (`busy`: a request slot, a ledger connection, a row lock) or "
     "the ledger or broker is down; retry after `Retry-After` seconds.",
 }
@@ -189,6 +190,7 @@ def _links(document: dict[str, Any]) -> None:
         "steerSession": _link("steerSession", session_id=created),
         "cancelSession": _link("cancelSession", session_id=created),
         "followSession": _link("followSession", session_id=created),
+        "askSession": _link("askSession", session_id=created),
     }
     paths = document["paths"]
     for status in ("200", "201", "202"):

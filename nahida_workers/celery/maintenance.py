@@ -12,10 +12,12 @@ from nahida_workers.core.records import OutboxRecord
 from nahida_workers.ledger.teams import team_ledger
 from nahida_workers.ports import FleetState
 from nahida_workers.runtime.commits.team_release import release_stale_claims
+from nahida_workers.runtime.control.cancel import Canceller
+from nahida_workers.runtime.control.timers import TimerFirer
 from nahida_workers.runtime.dispatch.sweeper import Sweeper
 from nahida_workers.runtime.wiring import Fleet
 
-__all__ = ["broker_reset", "run_id_changed", "sweep"]
+__all__ = ["broker_reset", "fire_timers", "run_id_changed", "sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ def sweep(current: Fleet) -> dict[str, object]:
             bound_s=current.settings.team_release_after_s,
             publish=lambda records: _publish_each(current, records),
         ),
+        fire_timers=lambda: fire_timers(current),
     ).sweep()
     metrics.observe_sweep(report, current.ledger, current.leases)
     return {
@@ -84,4 +87,18 @@ def sweep(current: Fleet) -> dict[str, object]:
         "broker_reset": report.broker_reset,
         "released": report.released,
         "claims_released": [list(pair) for pair in report.claims_released],
+        "timers_fired": [list(pair) for pair in report.timers_fired],
     }
+
+
+def fire_timers(current: Fleet) -> list[tuple[str, str]]:
+    """Fire the due timers of waiting sessions (``runtime/control/timers.py``)."""
+    canceller = Canceller(
+        current.ledger,
+        current.leases,
+        current.dispatcher,
+        current.clock,
+        current.runner.inbox_limits,
+        current.runner.sink,
+    )
+    return TimerFirer(canceller).fire_due()

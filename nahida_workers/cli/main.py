@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nahida_workers.cli import session_cmds
+from nahida_workers.cli import ask_cmd, session_cmds, shell_cmd
 from nahida_workers.cli.common import (
     DEFAULT_DB,
     DbOpt,
@@ -368,16 +368,43 @@ app.add_typer(memory_app, name="memory")
 app.command("watch")(session_cmds.watch)
 app.command("steer")(session_cmds.steer)
 app.command("cancel")(session_cmds.cancel)
+app.command("shell")(shell_cmd.shell)
+app.command("ask")(ask_cmd.ask)
 
 
 @app.command()
-def migrate(local: LocalOpt = False, db: DbOpt = DEFAULT_DB) -> None:
-    """Create or upgrade the ledger schema (Alembic, add-only migrations)."""
-    from nahida_workers.cli.exits import redact_url
+def migrate(
+    local: LocalOpt = False,
+    db: DbOpt = DEFAULT_DB,
+    no_backup: Annotated[
+        bool, typer.Option("--no-backup", help="PostgreSQL: migrate without running pg_dump first.")
+    ] = False,
+    backup_dir: Annotated[
+        Path,
+        typer.Option(
+            "--backup-dir", help="PostgreSQL: where the pg_dump file goes (created, mode 0700)."
+        ),
+    ] = Path("var/backups"),
+    pg_dump_path: Annotated[
+        str, typer.Option("--pg-dump", help="The pg_dump program (a name on PATH or a path).")
+    ] = "pg_dump",
+) -> None:
+    """Create or upgrade the ledger schema (Alembic, add-only migrations).
 
-    settings = settings_for(local, db)
-    ledger_for(settings, migrate=True)
-    out().print(f"ledger migrated: {redact_url(settings.database_url)}")
+    On PostgreSQL, when a migration is pending, ``pg_dump`` (custom format,
+    restore with ``pg_restore``) first writes ``BACKUP_DIR/nahida-DB-TIME.dump``;
+    a missing or failing pg_dump stops before anything changes.  Each
+    migration commits with its revision stamp, so a migrate interrupted
+    mid-way is simply run again.  SQLite (``--local``) is not dumped.
+    """
+    from nahida_workers.cli.migrate_cmd import run_migrate
+
+    run_migrate(
+        settings_for(local, db),
+        backup=not no_backup,
+        backup_dir=backup_dir,
+        pg_dump_path=pg_dump_path,
+    )
 
 
 @app.command("eval")

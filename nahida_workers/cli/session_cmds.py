@@ -273,18 +273,21 @@ def steer(
 def cancel(
     session_id: Annotated[str, typer.Argument(help="The session to cancel (id or unique prefix).")],
 ) -> None:
-    """Stop the session's run at its next boundary; it ends 'cancelled'.
+    """Cancel the session and its subtree; each ends 'cancelled'.
 
-    Exits 4 when the cancel is recorded but the broker is down.
+    A session no worker holds (queued, waiting) is sealed at once; one a
+    worker runs stops at its next boundary.  Exits 4 when the cancel is
+    recorded but the broker is down.
     """
     from nahida_workers.cli.ids import resolve
 
     fleet = _fleet()
     full = resolve(fleet.ledger, "session", session_id)
     try:
-        fleet.inbox.cancel(full)
+        report = fleet.inbox.cancel(full)
     except Exception as exc:
         if is_delivery_failure(exc):
             raise _recorded(f"session {full}: cancel", exc) from None
         raise
-    out().print(f"session {full}: cancel requested", markup=False)
+    done = "cancelled" if full in report.sealed else "cancel requested"
+    out().print(f"session {full}: {done}", markup=False)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 __all__ = [
     "CONTROL_SHAPES",
     "BoundControl",
+    "ContextControl",
     "ControlShape",
     "CorrectionControl",
     "GoalControl",
@@ -29,6 +30,7 @@ __all__ = [
     "ParkedControl",
     "RecoveryControl",
     "RepairControl",
+    "SelfCheckControl",
     "StopHookControl",
     "TruncationControl",
     "VerifierStartedControl",
@@ -189,6 +191,23 @@ class GoalControl(ControlShape):
     to: str
 
 
+class ContextControl(ControlShape):
+    """``context``: the instruction files a run read for its system prompt (``core/context.py``).
+
+    ``instructions``: per file its ``path``, ``text`` sent, ``size``,
+    ``sha256`` and ``truncated``; ``missing``: the named files not found.
+    """
+
+    instructions: list[dict[str, Any]] = []
+    missing: list[str] = []
+
+
+class SelfCheckControl(ControlShape):
+    """``self_check``: the self-check before provider turn ``turn`` (``core/self_check.py``)."""
+
+    turn: int
+
+
 #: The shape of each known control ``kind``.
 CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "correction": CorrectionControl,
@@ -205,4 +224,6 @@ CONTROL_SHAPES: Mapping[str, type[ControlShape]] = {
     "verifier_started": VerifierStartedControl,
     "verifier_verdict": VerifierVerdictControl,
     "goal": GoalControl,
+    "context": ContextControl,
+    "self_check": SelfCheckControl,
 }

@@ -87,6 +87,7 @@ class ReasonCode(StrEnum):
     REFUSED = "refused"  # the model declined the request (DESIGN.md section 6)
     CONTENT_FILTERED = "content_filtered"  # the provider filtered the reply
     EMPTY_ANSWER = "empty_answer"  # no text and no call, even after a correction
+    NO_TOOL_CALLING = "no_tool_calling"  # the contract needs receipts; the provider has no tools
     TOOL_PERSISTENCE_FAILED = "tool_persistence_failed"
     LEDGER_WRITE_FAILED = "ledger_write_failed"
     POISON_SESSION = "poison_session"  # deliveries kept crashing the worker

@@ -32,6 +32,7 @@ from nahida_workers.core.children import (
     leading_task_calls,
 )
 from nahida_workers.core.compaction import Compactor, estimate_tokens
+from nahida_workers.core.context import CONTEXT_KIND, instructions_of, system_prompt
 from nahida_workers.core.events import (
     CompletionContract,
     Event,
@@ -67,8 +68,10 @@ from nahida_workers.core.policy import (
 )
 from nahida_workers.core.policy.delegation import DelegationContract
 from nahida_workers.core.policy.verification import GatePolicy, VerifierView, workspace_base
+from nahida_workers.core.self_check import self_check_due
 from nahida_workers.core.state import RunState
 from nahida_workers.core.team_gate import TeamNudge, TeamView, TeamWait, team_gate
+from nahida_workers.core.tool_choice import forced_tool
 from nahida_workers.core.transcript import Projection
 from nahida_workers.core.verifier_steps import (
     AdoptVerdict,
@@ -90,6 +93,7 @@ __all__ = [
     "LoopConfig",
     "Park",
     "Persist",
+    "ReadInstructions",
     "RecordBase",
     "RunBatch",
     "RunHooks",
@@ -131,6 +135,15 @@ class LoopConfig:
         records_base: the session may need a verifier's diff: record the base.
         base_at_start: record it before the first provider call (a session
             with a goal: its children, not only itself, may do the work).
+        instruction_files: the workspace's instruction files each run reads
+            before its first provider call (empty: the job does not trust
+            the workspace; ``core/context.py``).
+        tool_calling: the provider can call tools (``supports_tools``); when
+            False a contract that needs receipts ends ``unverified`` at once.
+        named_tool_choice: the provider accepts a named ``tool_choice`` (the
+            loop names one when the contract demands it, ``core/tool_choice.py``).
+        self_check_every: a self-check prompt before every N-th provider turn
+            (``core/self_check.py``; 0: never).
         memory: the workspace's memory items (``core/memory.py``); the live
             ones a read did not supersede follow the system prompt.
         memory_limit: most memory items in one request.
@@ -157,6 +170,10 @@ class LoopConfig:
     may_write: Callable[[str], bool] = field(default=lambda _name: False)
     records_base: bool = False
     base_at_start: bool = False
+    instruction_files: tuple[str, ...] = ()
+    tool_calling: bool = True
+    named_tool_choice: bool = True
+    self_check_every: int = 5
     memory: tuple[MemoryItem, ...] = ()
     memory_limit: int = 20
     workspace: str | None = None
@@ -251,6 +268,20 @@ class Done:
     """The run is already terminal; nothing to do."""
 
 
+@dataclass(frozen=True)
+class ReadInstructions:
+    """Read these instruction files from the workspace and commit the ``context`` control.
+
+    ``paths`` are relative to the workspace, in the job's order; the runtime
+    confines them to it, bounds them (``core/context.py``
+    :func:`~nahida_workers.core.context.bound_instructions`) and commits
+    :func:`~nahida_workers.core.context.context_control` before the run's
+    first provider call.
+    """
+
+    paths: tuple[str, ...]
+
+
 Decision = (
     CallProvider
     | RunBatch
@@ -259,6 +290,7 @@ Decision = (
     | RunHooks
     | ClaimInbox
     | Done
+    | ReadInstructions
     | Park
     | AdoptChildren
     | RecordBase
@@ -395,6 +427,12 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
         return ClaimInbox()
     if config.records_base and config.base_at_start and not workspace_base(state)[0]:
         return RecordBase()
+    if config.instruction_files and not state.controls_of(CONTEXT_KIND):
+        return ReadInstructions(config.instruction_files)
+    check = self_check_due(state, config.self_check_every)
+    if check is not None:
+        return _prompt(state, signals, check.control, check.text, "self_check")
+    tools = config.tools if config.tool_choice is not ToolChoice.NONE else ()
     memory = context_for(
         config.memory,
         chain(state.history, state.events),  # lazy: read only when there is memory
@@ -407,13 +445,30 @@ def _next_turn(state: RunState, config: LoopConfig, signals: Signals) -> Decisio
             run_id=state.run_id,
             turn_index=state.turns,
             run_index=state.run_index,
-            system=with_memory(config.system_prompt, memory),
+            system=with_memory(_system(state, config), memory),
             messages=tuple(_transcript(state, config)),
-            tools=config.tools if config.tool_choice is not ToolChoice.NONE else (),
+            tools=tools,
             tool_choice=config.tool_choice,
+            tool_name=forced_tool(
+                state,
+                config.contract,
+                offered=tuple(t.name for t in tools),
+                tool_choice=config.tool_choice,
+                named=config.named_tool_choice,
+            ),
             max_output_tokens=config.max_output_tokens,
         ),
         memory,
+    )
+
+
+def _system(state: RunState, config: LoopConfig) -> str:
+    """The run's system text: base prompt, instruction files, the job's (core/context.py)."""
+    controls = state.controls_of(CONTEXT_KIND) if config.instruction_files else []
+    return system_prompt(
+        config.contract,
+        instructions=instructions_of(controls[-1].payload if controls else None),
+        job_prompt=config.system_prompt,
     )
 
 
@@ -510,6 +565,7 @@ def _judge_candidate(
             subagent=config.subagent,
             task_available=config.task_available,
             goal=config.goal,
+            tool_calling=config.tool_calling,
         )
     )
     answer = str(candidate.payload.get("text", ""))

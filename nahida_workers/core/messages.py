@@ -188,6 +188,8 @@ class ProviderRequest(_Frozen):
             exactly one result, in call order (DESIGN.md section 3 step 1).
         tools: tools offered; empty when the model has no tool calling.
         tool_choice: auto / required / none.
+        tool_name: a tool the model must call this turn (a named
+            ``tool_choice``, ``core/tool_choice.py``); one of ``tools``.
         max_output_tokens: cap on the reply, in tokens.
         run_index: 0-based number of this run within its session (earlier
             runs' history is part of ``messages``); the scripted provider
@@ -200,5 +202,6 @@ class ProviderRequest(_Frozen):
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice = ToolChoice.AUTO
+    tool_name: str | None = None
     max_output_tokens: int | None = None
     run_index: int = Field(0, ge=0)

@@ -9,9 +9,11 @@ out the turns that are something else:
   content filter stopped ends it ``incomplete/content_filtered``.  The model
   declined: nothing it wrote is an answer, and the runtime writes the final
   text;
-* a turn with no text and no parsable call whose finish reason claims tool
-  calls is a protocol anomaly (DESIGN.md section 7, case B09's empty
-  variant): one repair turn, then ``failed/provider_protocol_invalid``;
+* a turn with no parsable call whose finish reason claims tool calls
+  (``finish_reason: tool_calls``, ``stop_reason: tool_use``) is a protocol
+  anomaly (DESIGN.md section 7, case B09), with or without text: the text
+  is not a candidate answer (docs/concepts/context.md).  One repair turn, then
+  ``failed/provider_protocol_invalid``;
 * so is a turn whose only calls had no name or no id (the adapters drop them
   and record a ``malformed_tool_call`` anomaly, ``providers/classify.py``),
   with or without text: the model meant to call a tool, so its text is not
@@ -41,6 +43,7 @@ from nahida_workers.core.state import RunState
 __all__ = [
     "EMPTY_ANSWER_STAGE",
     "OWN_FINAL_TEXT",
+    "REPAIR_ANOMALIES",
     "GiveUp",
     "Repair",
     "claims_calls_it_did_not_send",
@@ -56,6 +59,11 @@ REPAIR_KIND = "repair"
 MISMATCH = "finish_reason_mismatch"
 #: Anomaly code of calls the adapter dropped for having no name or no id.
 MALFORMED_CALL = "malformed_tool_call"
+#: Repair anomalies: a tool finish with no parsed call, with no text or with text.
+EMPTY_TOOL_TURN = "empty_tool_turn"
+TEXT_TOOL_TURN = "text_tool_turn"
+#: Every repair anomaly: one repair turn per run covers them all.
+REPAIR_ANOMALIES = (EMPTY_TOOL_TURN, TEXT_TOOL_TURN, MALFORMED_CALL)
 
 #: Final texts of reasons that say more than "not finished": the model declined.
 OWN_FINAL_TEXT = {
@@ -63,12 +71,22 @@ OWN_FINAL_TEXT = {
     ReasonCode.CONTENT_FILTERED: (
         "The provider's content filter stopped the reply (content filtered); the work was not done."
     ),
+    ReasonCode.NO_TOOL_CALLING: (
+        "The work is not verified (no tool calling): the completion contract needs evidence "
+        "from tool calls, but this session's provider cannot call tools, so nothing the "
+        "answer says could be checked."
+    ),
 }
 
 _EMPTY_TOOL_TURN_TEXT = (
     "Your last reply ended with a tool-call finish reason, but it held no text and no "
     "tool call that could be parsed. Reply again: call a tool with a JSON object as "
     "arguments, or answer in text."
+)
+_TEXT_TOOL_TURN_TEXT = (
+    "Your last reply ended with a tool-call finish reason, but no tool call in it could be "
+    "parsed, so your text was not taken as an answer. Reply again: call a tool by one of "
+    "its names with a JSON object as arguments, or give your final answer in text."
 )
 _MALFORMED_CALL_TEXT = (
     "Your last reply held a tool call with no tool name (or no call id), so it could not "
@@ -143,9 +161,7 @@ def _done(state: RunState, kind: str, key: str, value: str) -> int:
 
 def _repair_once(state: RunState, turn: Event, anomaly: str, text: str) -> GiveUp | Repair:
     """One protocol repair turn per run (either anomaly), then ``provider_protocol_invalid``."""
-    if _done(state, REPAIR_KIND, "anomaly", "empty_tool_turn") + _done(
-        state, REPAIR_KIND, "anomaly", MALFORMED_CALL
-    ):
+    if sum(_done(state, REPAIR_KIND, "anomaly", a) for a in REPAIR_ANOMALIES):
         return GiveUp(
             TerminalState.FAILED,
             ReasonCode.PROVIDER_PROTOCOL_INVALID,
@@ -172,10 +188,14 @@ def judge_non_answer(
         return GiveUp(TerminalState.INCOMPLETE, ReasonCode.CONTENT_FILTERED)
     if sent_only_malformed_calls(state, turn):
         return _repair_once(state, turn, MALFORMED_CALL, _MALFORMED_CALL_TEXT)
-    if str(turn.payload.get("text", "")).strip():
-        return None
+    has_text = bool(str(turn.payload.get("text", "")).strip())
     if claims_calls_it_did_not_send(state, turn):
-        return _repair_once(state, turn, "empty_tool_turn", _EMPTY_TOOL_TURN_TEXT)
+        # The model meant to call a tool: its text, if any, is not an answer.
+        if has_text:
+            return _repair_once(state, turn, TEXT_TOOL_TURN, _TEXT_TOOL_TURN_TEXT)
+        return _repair_once(state, turn, EMPTY_TOOL_TURN, _EMPTY_TOOL_TURN_TEXT)
+    if has_text:
+        return None
     if pending_steering > 0:
         return None  # the pipeline's first stage continues with the steering
     if _done(state, "correction", "stage", EMPTY_ANSWER_STAGE) >= 1:

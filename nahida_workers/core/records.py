@@ -237,12 +237,16 @@ class InboxMessage(_Record):
 
 @dataclass(frozen=True)
 class InboxLimits:
-    """Bounds of one session's pending inbox (DESIGN.md section 8).
+    """Bounds of one session's pending *steering* (DESIGN.md section 8).
+
+    Runtime facts (child completions, team mail, cancel and timer facts) are
+    never refused and never count against these bounds.
 
     Attributes:
         max_user: pending steering messages.
-        max_background: pending background completions.
-        max_bytes: UTF-8 bytes of all pending messages together.
+        max_background: not enforced (runtime facts are never dropped
+            by a steering limit); kept so existing settings still load.
+        max_bytes: UTF-8 bytes of the pending steering messages together.
     """
 
     max_user: int = 20

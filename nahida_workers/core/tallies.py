@@ -100,6 +100,11 @@ class FailureRun:
     last: dict[str, Any] = field(default_factory=dict)
 
 
+#: Raw stop reasons of a reply cut by the output limit (OpenAI ``length``, Anthropic
+#: ``max_tokens``): a turn with calls keeps its normalised ``tool_calls`` but was cut too.
+TRUNCATED_RAW_STOPS = frozenset({"length", "max_tokens"})
+
+
 @dataclass
 class Tallies:
     """Bound counters of one run, folded from its committed events.
@@ -108,6 +113,8 @@ class Tallies:
         tokens: provider-reported input + output tokens of the run's turns.
         issued: ``(bound, key)`` of every bound prompt already committed.
         truncations: truncation recoveries already committed.
+        truncated_turns: provider turns cut by the output limit
+            (``stop_reason: max_tokens``), with or without calls.
         text: ``(text, count, first sequence)`` of the trailing run of
             identical turn texts (turns without text skipped), or None.
         failures: per tool name, its trailing run of failures.
@@ -119,6 +126,7 @@ class Tallies:
     tokens: int = 0
     issued: set[tuple[str, str]] = field(default_factory=set)
     truncations: int = 0
+    truncated_turns: int = 0
     text: tuple[str, int, int] | None = None
     failures: dict[str, FailureRun] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -169,6 +177,11 @@ class Tallies:
             self._advance(calls, call_turn, results)
 
     def _turn(self, event: Event) -> None:
+        if (
+            event.payload.get("stop_reason") == "max_tokens"
+            or event.payload.get("raw_stop_reason") in TRUNCATED_RAW_STOPS
+        ):
+            self.truncated_turns += 1
         usage = event.payload.get("usage")
         if isinstance(usage, dict):
             self.tokens += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))

@@ -361,9 +361,18 @@ class MemoryLedger:
         )
 
     def set_session_status(
-        self, tx: MemoryTx, session_id: str, status: SessionStatus, *, at: datetime
+        self,
+        tx: MemoryTx,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        at: datetime,
+        only_from: SessionStatus | None = None,
     ) -> None:
-        """Set the session status."""
+        """Set the session status (``only_from``: only while it is still that one)."""
+        session = self._t.sessions.get(session_id)
+        if only_from is not None and (session is None or session.status is not only_from):
+            return
         self._update_session(tx, session_id, status=status, updated_at=at)
 
     def reopen_session(self, tx: MemoryTx, session_id: str, *, at: datetime) -> bool:

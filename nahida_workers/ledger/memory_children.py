@@ -34,7 +34,7 @@ class MemoryChildren:
         link: ChildLink,
         run: RunRecord,
         prompt: Event,
-        outbox: OutboxRecord,
+        outbox: OutboxRecord | None,
         limits: ChildLimits,
     ) -> SpawnOutcome:
         """Insert a child with its first run, prompt and outbox row, or refuse (limits)."""
@@ -60,7 +60,8 @@ class MemoryChildren:
         led.tables.put(tx, self._links, child.session_id, link)
         led.tables.put(tx, led.tables.runs, run.run_id, storable(run))
         led.tables.put(tx, led.tables.events, run.run_id, [prompt.model_copy(update={"epoch": 0})])
-        led.add_outbox(tx, outbox)
+        if outbox is not None:
+            led.add_outbox(tx, outbox)
         return SpawnOutcome.CREATED
 
     def post_child_completion(

@@ -50,6 +50,8 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 #: Bytes of a capped string kept from its start and from its end.
+#: The inbox kind the steering limits bound (``InboxKind.USER``).
+STEERING = "user"
 CAP_HEAD_BYTES = 4096
 CAP_TAIL_BYTES = 2048
 
@@ -326,7 +328,12 @@ def cap_payload(payload: dict[str, Any], max_bytes: int) -> dict[str, Any]:
 def check_inbox(
     pending: Sequence[tuple[str, int]], kind: str, size_bytes: int, limits: InboxLimits
 ) -> None:
-    """Refuse a message that would push the pending inbox past its limits.
+    """Refuse a steering message that would push the pending inbox past its limits.
+
+    Only steering (kind ``user``) is bounded, and only steering counts:
+    runtime facts -- child completions, team mail, cancel and timer facts --
+    are never refused by a steering limit, and their bytes never crowd
+    steering out (DESIGN.md section 8: facts are never dropped).
 
     Args:
         pending: ``(kind, size_bytes)`` of each pending message.
@@ -335,7 +342,7 @@ def check_inbox(
         InboxFullError: with the limit that was hit; nothing was enqueued.
     """
     count = sum(1 for k, _ in pending if k == kind)
-    used = sum(size for _, size in pending)
+    used = sum(size for k, size in pending if k == STEERING)
     check_inbox_totals(count, used, kind, size_bytes, limits)
 
 
@@ -344,10 +351,15 @@ def check_inbox_totals(
 ) -> None:
     """:func:`check_inbox` from totals: ``count`` pending messages of ``kind``, ``used`` bytes.
 
+    ``used``: the bytes of the pending *steering* messages.  A message that
+    is not steering is never refused.
+
     Raises:
         InboxFullError: with the limit that was hit; nothing was enqueued.
     """
-    cap = limits.max_user if kind == "user" else limits.max_background
+    if kind != STEERING:
+        return
+    cap = limits.max_user
     if count >= cap:
         raise InboxFullError(f"inbox full: {count} pending {kind} messages (limit {cap})")
     if used + size_bytes > limits.max_bytes:

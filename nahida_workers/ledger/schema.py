@@ -375,6 +375,25 @@ session_todos = Table(
     Column("root_id", String(64), nullable=False),
 )
 
+#: Added by migration 0012: the deadlines of waiting sessions (DESIGN.md section 8,
+#: ``core/facts.py``), fired by beat's sweep.  ``fired_at`` is the
+#: compare-and-set of a firing: two beats fire a timer once.
+session_timers = Table(
+    "session_timers",
+    _metadata,
+    Column("timer_id", String(64), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.session_id"), nullable=False),
+    Column("root_id", String(64), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("due_at", DateTime(timezone=True), nullable=False),
+    Column("payload_json", Json, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("fired_at", DateTime(timezone=True), nullable=True),
+    Column("outcome", String(32), nullable=True),
+    Index("ix_session_timers_due", "fired_at", "due_at"),
+    Index("ix_session_timers_session", "session_id"),
+)
+
 
 #: Added by migration 0014: workspace memory with provenance (``core/memory.py``,
 #: ``ledger/sql_recall.py``).  One item per (workspace, content hash); the

@@ -50,7 +50,7 @@ class SqlChildren:
         link: ChildLink,
         run: RunRecord,
         prompt: Event,
-        outbox: OutboxRecord,
+        outbox: OutboxRecord | None,
         limits: ChildLimits,
     ) -> SpawnOutcome:
         """Insert a child with its first run, prompt and outbox row, or refuse (limits)."""
@@ -71,7 +71,9 @@ class SqlChildren:
             return SpawnOutcome.REFUSED_RUNNING
         self.ledger.create_run(tx, run)
         conn.execute(insert(t.agent_run_events).values(**self.ledger.event_row(prompt, 0)))
-        self.ledger.add_outbox(tx, outbox)
+        tx.facts.pop(run.run_id, None)  # the prompt is in: a later write reads the run's facts
+        if outbox is not None:
+            self.ledger.add_outbox(tx, outbox)
         return SpawnOutcome.CREATED
 
     @staticmethod

@@ -43,14 +43,14 @@ _LOCK_SESSION_PG = pg_raw.Fixed(
     .where(t.sessions.c.session_id == bindparam("session_id", ""))
     .with_for_update(key_share=True)
 )
-#: (existing message id or NULL, pending messages of the kind, pending bytes).
+#: (existing message id or NULL, pending messages of the kind, pending steering bytes).
 _INBOX_STATE_PG = pg_raw.Fixed(
     select(
         select(_ib.message_id)
         .where(_ib.message_id == bindparam("message_id", ""))
         .scalar_subquery(),
         func.count().filter(_ib.kind == bindparam("kind", "")),
-        func.coalesce(func.sum(_ib.size_bytes), 0),
+        func.coalesce(func.sum(_ib.size_bytes).filter(_ib.kind == InboxKind.USER.value), 0),
     ).where(
         _ib.session_id == bindparam("session_id", ""),
         _ib.status == InboxStatus.PENDING.value,

@@ -213,14 +213,19 @@ class SqlRecords:
             raise EventAfterTerminalError(f"run {run_id} already has a terminal state")
 
     def set_session_status(
-        self, tx: SqlTx, session_id: str, status: SessionStatus, *, at: datetime
+        self,
+        tx: SqlTx,
+        session_id: str,
+        status: SessionStatus,
+        *,
+        at: datetime,
+        only_from: SessionStatus | None = None,
     ) -> None:
-        """Set ``sessions.status``."""
-        tx.conn.execute(
-            update(t.sessions)
-            .where(t.sessions.c.session_id == session_id)
-            .values(status=status.value, updated_at=at)
-        )
+        """Set ``sessions.status`` (``only_from``: one conditional UPDATE; see the port)."""
+        query = update(t.sessions).where(t.sessions.c.session_id == session_id)
+        if only_from is not None:
+            query = query.where(t.sessions.c.status == only_from.value)
+        tx.conn.execute(query.values(status=status.value, updated_at=at))
 
     def reopen_session(self, tx: SqlTx, session_id: str, *, at: datetime) -> bool:
         """``done`` -> ``queued`` in ``tx`` (one conditional UPDATE); True when it was done."""

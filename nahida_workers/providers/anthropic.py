@@ -55,6 +55,7 @@ class AnthropicProvider(HTTPProvider):
             supports_tools=self.supports_tools,
             tool_choice=self.tool_choice,
             max_output_tokens=self.max_output_tokens,
+            named_tool_choice=self.named_tool_choice,
         )
 
     def _stream_parser(self, on_tool_call: ToolCallSink | None) -> StreamParser:

@@ -33,7 +33,11 @@ class ProviderConfig(BaseModel):
             unset or empty variable means "no key" (local servers).
         timeout_s: seconds for connect and between two received chunks.
         tool_choice: default when a request says ``auto`` (``None``: keep it).
-        supports_tools: False -> no tool schemas are ever sent.
+        supports_tools: False -> no tool schemas are ever sent (earlier tool
+            calls go as a sourced execution summary, and a contract that
+            needs receipts ends ``unverified/no_tool_calling`` at once).
+        named_tool_choice: the API accepts a named ``tool_choice`` (the loop
+            names a tool when the contract demands one); False: ``required``.
         max_output_tokens: reply cap in tokens when the request sets none.
         max_retries: retries after the first attempt for retryable errors.
         script: for ``scripted``: a file path, YAML/JSON text, a mapping
@@ -52,6 +56,7 @@ class ProviderConfig(BaseModel):
     timeout_s: float = Field(default=60.0, gt=0)
     tool_choice: ToolChoice | None = None
     supports_tools: bool = True
+    named_tool_choice: bool = True
     max_output_tokens: int | None = Field(default=None, gt=0)
     max_retries: int = Field(default=2, ge=0)
     script: str | dict[str, Any] | list[Any] | None = None

@@ -80,6 +80,7 @@ def _build_one(
         timeout_s=config.timeout_s,
         tool_choice=config.tool_choice,
         supports_tools=config.supports_tools,
+        named_tool_choice=config.named_tool_choice,
         max_output_tokens=config.max_output_tokens,
         client=client,
         max_retries=config.max_retries,

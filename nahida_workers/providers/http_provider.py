@@ -69,6 +69,8 @@ class HTTPProvider:
         timeout_s: seconds allowed for connect, and between two received chunks.
         tool_choice: default used when a request says ``auto`` (``None``: keep the request's).
         supports_tools: False -> requests carry no tool schemas at all.
+        named_tool_choice: the API accepts a named ``tool_choice`` (a
+            request's ``tool_name``); False sends ``required`` instead.
         max_output_tokens: reply cap in tokens when the request sets none.
         client: an ``httpx.Client`` to use (tests pass a MockTransport); the
             provider closes only a client it created itself.
@@ -89,6 +91,7 @@ class HTTPProvider:
         timeout_s: float = 60.0,
         tool_choice: ToolChoice | None = None,
         supports_tools: bool = True,
+        named_tool_choice: bool = True,
         max_output_tokens: int | None = None,
         client: httpx.Client | None = None,
         max_retries: int = 2,
@@ -102,6 +105,7 @@ class HTTPProvider:
         self.timeout_s = timeout_s
         self.tool_choice = tool_choice
         self.supports_tools = supports_tools
+        self.named_tool_choice = named_tool_choice
         self.max_output_tokens = max_output_tokens
         self.retry_policy = retry_policy or RetryPolicy(max_retries=max_retries)
         self._api_key = api_key

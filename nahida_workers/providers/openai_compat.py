@@ -43,6 +43,7 @@ class OpenAICompatProvider(HTTPProvider):
             supports_tools=self.supports_tools,
             tool_choice=self.tool_choice,
             max_output_tokens=self.max_output_tokens,
+            named_tool_choice=self.named_tool_choice,
         )
 
     def _stream_parser(self, on_tool_call: ToolCallSink | None) -> StreamParser:

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from nahida_workers.core.execution_summary import summarize_tool_messages
 from nahida_workers.core.messages import (
     AssistantMessage,
     Message,
@@ -114,6 +115,28 @@ def _effective_choice(request: ProviderRequest, default: ToolChoice | None) -> T
     return request.tool_choice
 
 
+def _for_provider(request: ProviderRequest, supports_tools: bool) -> ProviderRequest:
+    """The request a provider without tool calling can take: tool messages as text.
+
+    A sourced execution summary
+    (``core/execution_summary.py``) instead of tool calls and results.
+    """
+    if supports_tools:
+        return request
+    messages = summarize_tool_messages(request.messages)
+    if messages == request.messages:
+        return request
+    return request.model_copy(update={"messages": messages})
+
+
+def _named(request: ProviderRequest, named_tool_choice: bool) -> str | None:
+    """The tool the request names, if the provider accepts a named choice and offers it."""
+    name = request.tool_name
+    if name is None or not named_tool_choice or request.tool_choice is ToolChoice.NONE:
+        return None
+    return name if any(t.name == name for t in request.tools) else None
+
+
 def _arguments_json(call: ToolCall) -> str:
     # Parsed arguments only: a call with arguments_error is sent as {} (its
     # tool result explains the error) so strict servers never see bad JSON.
@@ -159,19 +182,25 @@ def openai_chat_body(
     supports_tools: bool = True,
     tool_choice: ToolChoice | None = None,
     max_output_tokens: int | None = None,
+    named_tool_choice: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of ``POST {base_url}/chat/completions`` (streaming, usage included).
 
     Args:
         request: the neutral request.
         model: model name sent as ``model``.
-        supports_tools: False -> no ``tools``/``tool_choice`` keys at all.
+        supports_tools: False -> no ``tools``/``tool_choice`` keys at all, and
+            earlier tool calls and results sent as a sourced execution summary.
         tool_choice: provider default used when the request says ``auto``.
         max_output_tokens: used when the request sets none (tokens).
+        named_tool_choice: the server accepts ``{"type": "function",
+            "function": {"name": ...}}``; False sends ``required`` instead
+            when the request names a tool.
 
     Raises:
         PayloadInvalid: the transcript is not paired.
     """
+    request = _for_provider(request, supports_tools)
     body: dict[str, Any] = {
         "model": model,
         "messages": openai_messages(request),
@@ -193,7 +222,13 @@ def openai_chat_body(
             }
             for t in request.tools
         ]
-        body["tool_choice"] = _effective_choice(request, tool_choice).value
+        named = _named(request, named_tool_choice)
+        if named is not None:
+            body["tool_choice"] = {"type": "function", "function": {"name": named}}
+        elif request.tool_name is not None and request.tool_choice is not ToolChoice.NONE:
+            body["tool_choice"] = ToolChoice.REQUIRED.value
+        else:
+            body["tool_choice"] = _effective_choice(request, tool_choice).value
     return body
 
 
@@ -280,17 +315,22 @@ def anthropic_messages_body(
     supports_tools: bool = True,
     tool_choice: ToolChoice | None = None,
     max_output_tokens: int | None = None,
+    named_tool_choice: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of ``POST {base_url}/v1/messages`` (streaming).
 
     ``tool_choice`` maps auto -> ``{"type": "auto"}``, required ->
-    ``{"type": "any"}``, none -> ``{"type": "none"}`` (Anthropic tool-use doc).
+    ``{"type": "any"}``, none -> ``{"type": "none"}``, a named tool ->
+    ``{"type": "tool", "name": ...}`` (Anthropic tool-use doc; ``any`` when
+    ``named_tool_choice`` is False).  Without tool support, earlier tool
+    calls and results go as a sourced execution summary.
     ``max_tokens`` is required: request, then config, then
     :data:`ANTHROPIC_DEFAULT_MAX_TOKENS`.
 
     Raises:
         PayloadInvalid: the transcript is not paired.
     """
+    request = _for_provider(request, supports_tools)
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": request.max_output_tokens
@@ -306,5 +346,11 @@ def anthropic_messages_body(
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
             for t in request.tools
         ]
-        body["tool_choice"] = dict(_ANTHROPIC_CHOICE[_effective_choice(request, tool_choice)])
+        named = _named(request, named_tool_choice)
+        if named is not None:
+            body["tool_choice"] = {"type": "tool", "name": named}
+        elif request.tool_name is not None and request.tool_choice is not ToolChoice.NONE:
+            body["tool_choice"] = dict(_ANTHROPIC_CHOICE[ToolChoice.REQUIRED])
+        else:
+            body["tool_choice"] = dict(_ANTHROPIC_CHOICE[_effective_choice(request, tool_choice)])
     return body

@@ -35,7 +35,9 @@ pause_turn, ...), ``refusal`` (refusal text, as OpenAI sends it),
 ``content_blocks`` (the raw blocks of a paused turn), ``usage``
 (``input_tokens``/``output_tokens``), ``delay_s`` (seconds to wait before
 answering), ``raw_arguments`` on a call (sent instead of ``arguments``, for
-invalid-JSON tests).  A turn is classified the way the stream parsers do it
+invalid-JSON tests), ``expect`` (what the request must hold: strings of the
+system text or the last user message, a named tool choice -- see
+:class:`ScriptExpect`).  A turn is classified the way the stream parsers do it
 (``providers/classify.py``): ``stop_reason: tool_calls`` with no call is a
 finish reason that claims calls nobody sent (an anomaly, case B09).
 
@@ -43,6 +45,10 @@ A session runs its script from turn 0 in every run.  ``next_runs`` (a list
 of turn lists) gives the session's second, third ... run their own turns
 instead (``ProviderRequest.run_index``); a run past the last list uses the
 last one.
+
+``ask`` (a list of turns) is what a side conversation about the session
+(``nahida ask``, ``runtime/side.py``) is served, turn N for its provider
+call N; a script without it cannot answer side questions.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from nahida_workers.core.messages import (
     ToolCall,
     ToolResultMessage,
     Usage,
+    UserMessage,
 )
 from nahida_workers.errors import ConfigError, ProviderError
 from nahida_workers.providers.classify import build_turn
@@ -73,6 +80,7 @@ from nahida_workers.yaml_input import load_yaml, read_yaml_file
 __all__ = [
     "Script",
     "ScriptError",
+    "ScriptExpect",
     "ScriptTurn",
     "ScriptedCall",
     "ScriptedProvider",
@@ -108,6 +116,42 @@ class ScriptError(_Model):
     retry_after: float | None = None
 
 
+class ScriptExpect(_Model):
+    """What a script turn expects of the request it answers (evaluation rows of prompts).
+
+    A request that does not meet it is a :class:`ProviderError` (the run
+    ends ``failed/provider_error``), so a row that expects anything else
+    reports the mismatch.
+
+    Attributes:
+        system_contains: strings the system text must contain.
+        system_lacks: strings it must not contain.
+        last_user_contains: strings the request's last user message must contain.
+        tool_name: the named ``tool_choice`` the request must carry (``""``:
+            none at all).
+    """
+
+    system_contains: tuple[str, ...] = ()
+    system_lacks: tuple[str, ...] = ()
+    last_user_contains: tuple[str, ...] = ()
+    tool_name: str | None = None
+
+    def unmet(self, request: ProviderRequest) -> list[str]:
+        """What the request lacks, one short phrase each (empty: met)."""
+        system = request.system or ""
+        last_user = next(
+            (m.text for m in reversed(request.messages) if isinstance(m, UserMessage)), ""
+        )
+        out = [f"system lacks {s!r}" for s in self.system_contains if s not in system]
+        out += [f"system holds {s!r}" for s in self.system_lacks if s in system]
+        out += [
+            f"last user message lacks {s!r}" for s in self.last_user_contains if s not in last_user
+        ]
+        if self.tool_name is not None and (request.tool_name or "") != self.tool_name:
+            out.append(f"tool_name is {request.tool_name!r}, not {self.tool_name!r}")
+        return out
+
+
 class ScriptTurn(_Model):
     """One assistant turn of a script."""
 
@@ -119,10 +163,13 @@ class ScriptTurn(_Model):
     usage: Usage | None = None
     delay_s: float = 0.0
     error: ScriptError | None = None
+    expect: ScriptExpect | None = None
 
 
 class Script(_Model):
     """A whole script: turns served in order (``next_runs``: the turns of later runs).
+
+    ``ask``: the turns side conversations are served (``runtime/side.py``).
 
     ``repeat_from``: after the last turn of a run, serve its turns from this
     index again, in a loop (None: the script is exhausted there).
@@ -131,6 +178,7 @@ class Script(_Model):
     turns: tuple[ScriptTurn, ...]
     next_runs: tuple[tuple[ScriptTurn, ...], ...] = ()
     repeat_from: int | None = Field(None, ge=0)
+    ask: tuple[ScriptTurn, ...] = ()
 
     def turn_at(self, run_index: int, turn_index: int) -> ScriptTurn | None:
         """The turn served for provider call ``turn_index`` of run ``run_index``, or None."""
@@ -382,6 +430,13 @@ class ScriptedProvider:
             )
         if turn.delay_s > 0:
             self._sleep(turn.delay_s)
+        unmet = turn.expect.unmet(request) if turn.expect is not None else []
+        if unmet:
+            raise ProviderError(
+                f"script expectation not met at turn {request.turn_index}: " + "; ".join(unmet),
+                retryable=False,
+                failure_code=FailureCode.PROVIDER_ERROR,
+            )
         if turn.error is not None:
             retryable = turn.error.status in {408, 409, 429} or turn.error.status >= 500
             raise ProviderError(

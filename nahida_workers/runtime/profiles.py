@@ -11,15 +11,46 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
+from nahida_workers.core.tool_profiles import ToolProfile
 
-__all__ = ["DEFAULT_TOOLS", "AgentProfile", "Limits", "ParentClose"]
+__all__ = [
+    "DEFAULT_TOOLS",
+    "PROFILE_TOOLS",
+    "AgentProfile",
+    "Limits",
+    "ParentClose",
+    "ToolProfile",
+    "profile_default_tools",
+]
 
 #: Tools a job gets when it names none.
 DEFAULT_TOOLS = ("Read", "Glob", "Grep", "LS", "Bash", "Write", "Edit")
+#: Tools a job with a ``tool_profile`` and no ``tools:`` gets (``core/tool_profiles.py``).
+#: A deliverer's deliver tools are plugins: the job names them.
+PROFILE_TOOLS: dict[ToolProfile, tuple[str, ...]] = {
+    ToolProfile.REVIEWER: ("Read", "Glob", "Grep", "LS"),
+    ToolProfile.EDITOR: DEFAULT_TOOLS,
+    ToolProfile.DELIVERER: DEFAULT_TOOLS,
+}
+
+
+def profile_default_tools(data: Any) -> Any:
+    """A spec's or profile's input with ``tools`` filled from its ``tool_profile`` if unset.
+
+    Used as a ``mode="before"`` validator: only a mapping that names a
+    profile and no ``tools`` key changes.
+    """
+    if isinstance(data, dict) and data.get("tool_profile") is not None and "tools" not in data:
+        try:
+            profile = ToolProfile(data["tool_profile"])
+        except ValueError:
+            return data  # the field's own validation reports it
+        return {**data, "tools": PROFILE_TOOLS[profile]}
+    return data
 
 
 class _Spec(BaseModel):
@@ -50,6 +81,8 @@ class Limits(_Spec):
             claimed, or a verifier's rejection, fed back).
         stop_hook_timeout_s: seconds a stop hook may take before it counts as
             "allow".
+        self_check_every: a short runtime self-check prompt before every
+            N-th provider turn (``core/self_check.py``; 0: never).
     """
 
     max_steps: int = Field(50, ge=1)
@@ -73,6 +106,7 @@ class Limits(_Spec):
     independent_corrections: int = Field(1, ge=0)
     goal_corrections: int = Field(2, ge=0)
     stop_hook_timeout_s: float = Field(10.0, gt=0)
+    self_check_every: int = Field(5, ge=0)
 
 
 class ParentClose(StrEnum):
@@ -102,6 +136,8 @@ class AgentProfile(_Spec):
             runs (:class:`ParentClose`; default ``cancel``).
         network: the child's commands may use the network (default: none;
             docs/security.md).
+        tool_profile: the child's risk ceiling (``core/tool_profiles.py``);
+            with no ``tools`` it also picks the child's tools.
     """
 
     description: str = ""
@@ -113,3 +149,6 @@ class AgentProfile(_Spec):
     limits: Limits | None = Field(default_factory=Limits)
     parent_close: ParentClose = ParentClose.CANCEL
     network: bool = False
+    tool_profile: ToolProfile | None = None
+
+    _profile_tools = model_validator(mode="before")(profile_default_tools)

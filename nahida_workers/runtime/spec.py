@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.bounds import BoundLimits
 from nahida_workers.core.children import TASK_TOOL, TaskIsolation
+from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.core.policy import PolicyLimits
@@ -34,7 +35,14 @@ from nahida_workers.runtime.agents.builtin import (
     verifier_profile,
 )
 from nahida_workers.runtime.observe.channel import ChannelPolicy
-from nahida_workers.runtime.profiles import DEFAULT_TOOLS, AgentProfile, Limits, ParentClose
+from nahida_workers.runtime.profiles import (
+    DEFAULT_TOOLS,
+    AgentProfile,
+    Limits,
+    ParentClose,
+    ToolProfile,
+    profile_default_tools,
+)
 from nahida_workers.yaml_input import read_yaml_file
 
 __all__ = [
@@ -162,7 +170,15 @@ class SessionSpec(_Spec):
         verification: the independent verification gate and the verifier's
             provider (:class:`VerificationSpec`).
         trust_workspace: read agent definitions from the workspace's
-            ``.nahida/agents/`` at submit time (``runtime/agents/discover.py``).
+            ``.nahida/agents/`` at submit time (``runtime/agents/discover.py``),
+            and its instruction files into the system prompt at each run's
+            start (``core/context.py``).
+        instruction_files: the workspace's instruction files (relative
+            paths, in order) a trusted workspace contributes to the system
+            prompt; default ``AGENTS.md``.
+        tool_profile: the session's risk ceiling, ``reviewer``, ``editor`` or
+            ``deliverer`` (``core/tool_profiles.py``); with no ``tools`` it
+            also picks the tools.
         isolation: ``worktree``: a top-level session runs in its own git
             worktree of its workspace, on ``nahida/<session id>``, like an
             ``isolation: worktree`` child (``runtime/children/worktree.py``);
@@ -188,6 +204,21 @@ class SessionSpec(_Spec):
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
     trust_workspace: bool = False
+    instruction_files: tuple[str, ...] = Field(DEFAULT_INSTRUCTION_FILES, max_length=16)
+    tool_profile: ToolProfile | None = None
+
+    _profile_tools = model_validator(mode="before")(profile_default_tools)
+
+    @field_validator("instruction_files")
+    @classmethod
+    def _relative_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each entry is a relative path inside the workspace (no ``..``, not absolute)."""
+        for entry in value:
+            parts = Path(entry).parts
+            if not entry.strip() or Path(entry).is_absolute() or ".." in parts or "\0" in entry:
+                raise ValueError(f"{entry!r} must be a relative path inside the workspace")
+        return value
+
     isolation: TaskIsolation = TaskIsolation.SHARED
     memory: MemorySpec = Field(default_factory=MemorySpec)
 
@@ -209,6 +240,16 @@ class SessionSpec(_Spec):
                 f"agent name {reserved[0]!r} is reserved: the runtime starts it itself"
             )
         return {**builtin_profiles(), **value}
+
+    @model_validator(mode="after")
+    def _task_fits_profile(self) -> SessionSpec:
+        """A reviewer cannot delegate: ``Task`` starts children that may write."""
+        if self.tool_profile is ToolProfile.REVIEWER and TASK_TOOL in self.tools:
+            raise ValueError(
+                "tool Task is a write tool (its children may change the workspace); "
+                "tool_profile reviewer allows read_only tools only"
+            )
+        return self
 
     @model_validator(mode="after")
     def _delegation_fits_tools(self) -> SessionSpec:
@@ -268,6 +309,10 @@ class SessionSpec(_Spec):
             agents=self.agents,
             parent_close=profile.parent_close,
             network=profile.network,
+            tool_profile=profile.tool_profile,
+            # A child works in the same repository: it trusts what its parent trusts.
+            trust_workspace=self.trust_workspace,
+            instruction_files=self.instruction_files,
         )
 
     def delegation_contract(self) -> DelegationContract:
@@ -364,6 +409,7 @@ def policy_limits(limits: Limits) -> PolicyLimits:
         delegation_corrections=limits.delegation_corrections,
         independent_corrections=limits.independent_corrections,
         goal_corrections=limits.goal_corrections,
+        truncation_recoveries=limits.truncation_recoveries,
     )
 
 

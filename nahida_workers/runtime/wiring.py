@@ -22,6 +22,12 @@ from typing import TYPE_CHECKING, Any
 from nahida_workers.core.lineage import ChildLimits
 from nahida_workers.core.policy.goals import GOAL_TOOL
 from nahida_workers.core.records import InboxLimits
+from nahida_workers.core.tool_profiles import (
+    PROFILE_CLASSES,
+    RiskClass,
+    outside_profile,
+    risk_class,
+)
 from nahida_workers.errors import ConfigError
 from nahida_workers.lease.redis import RedisLeaseStore
 from nahida_workers.ledger.migrate import upgrade
@@ -49,6 +55,7 @@ __all__ = [
     "Fleet",
     "build_fleet",
     "build_registry",
+    "check_tool_profile",
     "lease_store",
     "load_tool",
     "redis_client",
@@ -110,10 +117,39 @@ def registry_for(spec: SessionSpec, settings: Settings) -> ToolRegistry:
         bash_timeout_s=spec.limits.bash_timeout_s,
         network=spec.network,
     )
+    check_tool_profile(spec, registry)
     schema = spec.contract.output_schema
     if schema is None:
         return registry
     return registry.with_tool(StructuredOutput(schema))
+
+
+def check_tool_profile(spec: SessionSpec, registry: ToolRegistry) -> None:
+    """Refuse a spec that names a tool above its ``tool_profile`` (``core/tool_profiles.py``).
+
+    Tools the registry does not hold (``Task``, the team tools: the runtime
+    runs them) are checked by the spec itself (``SessionSpec``).
+
+    Raises:
+        ConfigError: the first tool outside the profile, with its risk class.
+    """
+    if spec.tool_profile is None:
+        return
+    classes: list[tuple[str, RiskClass]] = []
+    for name in spec.tools:
+        tool = registry.get(name)
+        if tool is not None:
+            traits = tool.spec
+            cls = risk_class(read_only=traits.read_only, evidence_kind=traits.evidence_kind)
+            classes.append((name, cls))
+    refused = outside_profile(spec.tool_profile, classes)
+    if refused:
+        name, cls = refused[0]
+        allowed = ", ".join(sorted(c.value for c in PROFILE_CLASSES[spec.tool_profile]))
+        raise ConfigError(
+            f"tool {name} is a {cls.value} tool; tool_profile {spec.tool_profile.value} "
+            f"allows {allowed} tools only"
+        )
 
 
 def provider_for(spec: SessionSpec) -> Provider:
@@ -195,5 +231,5 @@ def build_fleet(
         max_background=settings.inbox_max_background,
         max_bytes=settings.inbox_max_bytes,
     )  # background child completions are posted under the same bounds
-    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits)
+    inbox = Inbox(ledger, leases, dispatcher, clock, runner.inbox_limits, sink=runner.sink)
     return Fleet(settings, ledger, leases, clock, runner, dispatcher, inbox)

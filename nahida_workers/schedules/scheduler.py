@@ -149,7 +149,7 @@ class Scheduler:
     ledger: LedgerReader
     dispatcher: Dispatcher
     clock: Clock
-    cancel_session: Callable[[str], None] | None = None
+    cancel_session: Callable[[str], object] | None = None
     resolve: Callable[[SessionSpec, str], SessionSpec] | None = None
     who: str = field(default_factory=ticker_name)
     on_outcome: Callable[[str, FireOutcome], None] = count_fire

@@ -2,11 +2,12 @@
 
 The categories and states follow DESIGN.md section 6.
 
-``tests/eval/sessions.yaml`` lists sessions in ten categories (read,
+``tests/eval/sessions.yaml`` lists sessions in eleven categories (read,
 inspect, modify, run_tests, send, question, provider -- provider outcomes
-that are not answers: refusals, empty turns, a paused turn -- and delegate,
+that are not answers: refusals, empty turns, a paused turn -- delegate,
 verify, goal: the delegation contract, the independent verification gate
-and goals, whose verifier child sessions run too).  Each names a
+and goals, whose verifier child sessions run too -- and context: the
+agent's prompt and its evidence rules, docs/concepts/context.md).  Each names a
 prompt, the workspace files to create, the completion contract, the scripted
 provider turns and the expected terminal state, reason and provider calls.
 A session may continue with a ``follow_up``: a message sent after its first
@@ -52,6 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
 from nahida_workers.core.events import (
     CompletionContract,
     EventType,
@@ -113,6 +115,7 @@ Category = Literal[
     "delegate",
     "verify",
     "goal",
+    "context",
 ]
 #: The categories of DESIGN.md section 6 (and the provider outcomes), in display order.
 CATEGORIES: tuple[str, ...] = (
@@ -126,6 +129,7 @@ CATEGORIES: tuple[str, ...] = (
     "delegate",
     "verify",
     "goal",
+    "context",
 )
 
 _PYTHON = shlex.quote(sys.executable)
@@ -172,6 +176,11 @@ class EvalCase(_Model):
         agents / goal / delegation / verification: the session spec's
             ``agents:`` profiles, ``goal:``, delegation contract and
             verification gate (``verification.provider``: the verifier's script).
+        system_prompt / trust_workspace / instruction_files: the agent's
+            context (``core/context.py``); a turn's ``expect`` checks what
+            the request holds.
+        supports_tools: the provider's ``supports_tools`` (False: a provider
+            without tool calling).
         turns: the scripted provider's turns (see ``providers/scripted.py``).
         follow_up: a second run of the session (its expectation is ``expect``).
         expect: what the (last) run must end as.
@@ -192,6 +201,10 @@ class EvalCase(_Model):
     goal: str | None = None
     delegation: DelegationSpec = Field(default_factory=DelegationSpec)
     verification: VerificationSpec = Field(default_factory=VerificationSpec)
+    system_prompt: str | None = None
+    trust_workspace: bool = False
+    instruction_files: tuple[str, ...] = DEFAULT_INSTRUCTION_FILES
+    supports_tools: bool = True
     turns: tuple[dict[str, Any], ...]
     follow_up: FollowUp | None = None
     expect: Expect
@@ -202,9 +215,15 @@ class EvalCase(_Model):
         script: dict[str, Any] = {"turns": _expand(list(self.turns))}
         if self.follow_up is not None:
             script["next_runs"] = [_expand(list(self.follow_up.turns))]
+        provider: dict[str, Any] = {"kind": "scripted", "script": script}
+        if not self.supports_tools:
+            provider["supports_tools"] = False
         return SessionSpec(
             prompt=self.prompt,
-            provider={"kind": "scripted", "script": script},
+            system_prompt=self.system_prompt,
+            trust_workspace=self.trust_workspace,
+            instruction_files=self.instruction_files,
+            provider=provider,
             tools=self.tools,
             tool_choice=self.tool_choice,
             contract=self.contract,

@@ -18,12 +18,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nahida_workers.core.events import EvidenceKind, ToolStatus
 from nahida_workers.errors import ConfigError, ToolError
 from nahida_workers.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
+from nahida_workers.tools.output_bytes import printable
 from nahida_workers.tools.processes import PROCESSES, ChildProcesses
 from nahida_workers.tools.sandbox import Sandbox
 from nahida_workers.tools.workspace import BoundedCapture
@@ -45,8 +46,13 @@ _READ_CHUNK = 64 * 1024
 _HEAD_CHARS = 200
 
 
-def _pump(fd: int, capture: BoundedCapture, stop: threading.Event) -> None:
-    """Read ``fd`` to EOF into ``capture``; give up when ``stop`` is set."""
+def _pump(
+    fd: int,
+    capture: BoundedCapture,
+    stop: threading.Event,
+    live: Callable[[bytes], None] | None = None,
+) -> None:
+    """Read ``fd`` to EOF into ``capture`` (and ``live``); give up when ``stop`` is set."""
     poller = select.poll()  # poll, not select: worker fds may exceed FD_SETSIZE
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while not stop.is_set():
@@ -56,6 +62,8 @@ def _pump(fd: int, capture: BoundedCapture, stop: threading.Event) -> None:
         if not chunk:
             return
         capture.feed(chunk)
+        if live is not None:
+            live(chunk)
 
 
 def _has_exited(pid: int) -> bool:
@@ -98,7 +106,10 @@ class Bash(Tool):
     ``command``, ``exit_code`` (None when killed by the tool; negative N if
     the shell itself died of signal N), ``stdout_bytes``, ``stderr_bytes``,
     ``stdout_head`` (first 200 characters), ``stdout_sha256``,
-    ``stderr_sha256`` (of the full streams), ``duration_ms``, ``timed_out``,
+    ``stderr_sha256`` (of the full streams), ``stdout_binary`` and
+    ``stderr_binary`` (the stream is not text: the result shows a byte
+    summary -- size, sha256, type, hex preview -- instead of decoded bytes,
+    and ``stdout_head`` is its printable ASCII), ``duration_ms``, ``timed_out``,
     ``sandbox`` (``bwrap`` or ``none``: the command ran unsandboxed).  In the
     sandbox a shell killed by signal N exits 128+N (bwrap reports it so).
     """
@@ -113,6 +124,7 @@ class Bash(Tool):
         home: str | None = None,
         processes: ChildProcesses | None = None,
         sandbox: Sandbox | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
     ) -> None:
         """Configure the tool.
 
@@ -127,6 +139,9 @@ class Bash(Tool):
                 new commands once a Ctrl-C began); default the process-wide one.
             sandbox: how commands are confined; default bwrap, no network
                 (the worker builds it from settings and the job's ``network``).
+            on_output: called with ``("stdout" | "stderr", chunk)`` for every
+                chunk read, on the reader threads, as it arrives (``nahida
+                shell`` shows output live; the capture stays bounded).
 
         Raises:
             ConfigError: a non-positive timeout or capture size.
@@ -140,6 +155,7 @@ class Bash(Tool):
         self._home = home if home is not None else os.path.expanduser("~")
         self._processes = processes if processes is not None else PROCESSES
         self.sandbox = sandbox if sandbox is not None else Sandbox()
+        self.on_output = on_output
         self.spec = ToolSpec(
             name="Bash",
             description=(
@@ -211,8 +227,8 @@ class Bash(Tool):
         )
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
-            threading.Thread(target=_pump, args=(s.fileno(), c, stop), daemon=True)
-            for s, c in ((proc.stdout, out), (proc.stderr, err))
+            threading.Thread(target=_pump, args=(s.fileno(), c, stop, self._live(n)), daemon=True)
+            for s, c, n in ((proc.stdout, out, "stdout"), (proc.stderr, err, "stderr"))
         ]
         for reader in readers:
             reader.start()
@@ -239,6 +255,12 @@ class Bash(Tool):
         duration_ms = int((time.monotonic() - started) * 1000)
         exit_code = returncode if ended == "exited" else None
         return self._outcome(command, ended, exit_code, timeout, out, err, duration_ms, ctx)
+
+    def _live(self, stream: str) -> Callable[[bytes], None] | None:
+        hook = self.on_output
+        if hook is None:
+            return None
+        return lambda chunk: hook(stream, chunk)
 
     @staticmethod
     def _wait(pid: int, deadline: float, cancel: threading.Event | None) -> str:
@@ -307,7 +329,9 @@ class Bash(Tool):
             "exit_code": exit_code,
             "stdout_bytes": out.total,
             "stderr_bytes": err.total,
-            "stdout_head": out.head[: _HEAD_CHARS * 4].decode("utf-8", "replace")[:_HEAD_CHARS],
+            "stdout_head": _head_text(out),
+            "stdout_binary": out.binary,
+            "stderr_binary": err.binary,
             "stdout_sha256": out.hexdigest(),
             "stderr_sha256": err.hexdigest(),
             "duration_ms": duration_ms,
@@ -317,6 +341,13 @@ class Bash(Tool):
         if status is not ToolStatus.OK:
             evidence["error_code"] = "nonzero_exit" if ended == "exited" else ended
         return ToolOutcome(status, "\n".join(parts), evidence)
+
+
+def _head_text(capture: BoundedCapture) -> str:
+    """The first :data:`_HEAD_CHARS` characters of a stream; printable ASCII when binary."""
+    if capture.binary:
+        return printable(bytes(capture.head[:_HEAD_CHARS]))
+    return capture.head[: _HEAD_CHARS * 4].decode("utf-8", "replace")[:_HEAD_CHARS]
 
 
 def _split(budget: int, out_n: int, err_n: int) -> tuple[int, int]:

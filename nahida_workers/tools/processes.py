@@ -137,6 +137,12 @@ class ChildProcesses:
         """True once :meth:`stop_all` has begun; no process starts after that."""
         return self._stopping
 
+    @property
+    def live(self) -> frozenset[int]:
+        """Pids (= process group ids) of the processes started and not yet forgotten."""
+        with self._cond:
+            return frozenset(self._live)
+
     def close(self) -> None:
         """Close the gate for good without killing anything yet (:meth:`stop_all` kills).
 

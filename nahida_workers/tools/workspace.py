@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nahida_workers.errors import PathOutsideWorkspaceError, ToolError
+from nahida_workers.tools.output_bytes import byte_summary, looks_binary_output
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -179,14 +180,30 @@ class BoundedCapture:
         """sha256 hex digest of every byte fed so far."""
         return self._digest.hexdigest()
 
+    @property
+    def binary(self) -> bool:
+        """True when the captured head or tail is not text (``tools/output_bytes.py``)."""
+        whole = self.total == len(self.head) + len(self.tail)
+        if whole:
+            return looks_binary_output(bytes(self.head + self.tail))
+        return looks_binary_output(bytes(self.head)) or looks_binary_output(
+            bytes(self.tail), cut_start=True
+        )
+
     def render(self, budget: int) -> str:
-        r"""The stream as text within ``budget`` UTF-8 bytes.
+        r"""The stream as text within ``budget`` UTF-8 bytes, or a byte summary.
 
         Returns:
-            The whole stream when it fits; otherwise a head and a tail joined
-            by ``\\n... [truncated N of TOTAL bytes; sha256 <hex of the whole
-            stream>] ...\\n``.  Undecodable bytes show as U+FFFD.
+            A stream that is not text (:attr:`binary`): its
+            :func:`~nahida_workers.tools.output_bytes.byte_summary` (size,
+            sha256, detected type, a hex/printable preview), never decoded
+            bytes.  Otherwise the whole stream when it fits, or a head and a
+            tail joined by ``\\n... [truncated N of TOTAL bytes; sha256 <hex
+            of the whole stream>] ...\\n``.
         """
+        if self.binary:
+            summary = byte_summary(self.total, self.hexdigest(), bytes(self.head))
+            return _utf8_prefix(summary, budget)
         if self.total == len(self.head) + len(self.tail):
             whole = bytes(self.head + self.tail).decode("utf-8", errors="replace")
             if len(whole.encode("utf-8")) <= budget:

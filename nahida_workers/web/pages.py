@@ -44,7 +44,7 @@ from nahida_workers.web.views import Console, checked
 if TYPE_CHECKING:
     from nahida_workers.api.services import Services
 
-__all__ = ["CSP", "STATIC", "placements_of", "web_router"]
+__all__ = ["CSP", "STATIC", "web_router"]
 
 #: The console's static files: name -> media type (served from ``web/static/``).
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
@@ -70,30 +70,6 @@ ROUTES = {
     "/teams": ("teams", False),
     "/teams/{key}": ("team", True),
 }
-
-
-def placements_of(config: dict[str, Any], settings: Any) -> dict[str, str]:
-    """Tool name -> ``remote`` / ``local`` / ``inline`` as the session's snapshot declares it.
-
-    ``remote`` becomes ``local`` when the fleet runs remote calls in the local
-    pool (``NAHIDA_REMOTE_TOOLS=false``, the embedded mode).
-    """
-    from nahida_workers.runtime.spec import SessionSpec
-    from nahida_workers.runtime.wiring import registry_for
-
-    try:
-        spec = SessionSpec.model_validate(config)
-        registry = registry_for(spec, settings)
-    except Exception:  # a plugin tool that does not load here: show no placement
-        return {}
-    out: dict[str, str] = {}
-    for name in registry.names():
-        placement = registry.placement_of(name)
-        value = "inline" if placement is None else placement.value
-        if value == "remote" and not settings.remote_tools:
-            value = "local"
-        out[name] = value
-    return out
 
 
 def web_router(services: Services) -> APIRouter:

@@ -43,7 +43,8 @@ REASONS: dict[ReasonCode, str] = {
         "same input), so the run was stopped."
     ),
     ReasonCode.TRUNCATION_EXHAUSTED: (
-        "The provider kept cutting the reply off at its length limit, three recoveries in a row."
+        "The provider kept cutting the reply off at its length limit, past the run's "
+        "recoveries (a structured output committed before does not count then)."
     ),
     ReasonCode.INCOMPLETE_INTENT: (
         "The model said it would do more, but stopped, even after being told to go on."
@@ -51,11 +52,15 @@ REASONS: dict[ReasonCode, str] = {
     ReasonCode.PROVIDER_ERROR: "The model provider kept failing (after its retries).",
     ReasonCode.PROVIDER_PROTOCOL_INVALID: (
         "The provider's replies broke the protocol (a tool call without a name or id, "
-        "unreadable arguments) even after a repair turn."
+        "a tool-call finish with no call in it) even after a repair turn."
     ),
     ReasonCode.REFUSED: "The model declined the request.",
     ReasonCode.CONTENT_FILTERED: "The provider filtered the reply.",
     ReasonCode.EMPTY_ANSWER: "The model answered with nothing, even after a correction turn.",
+    ReasonCode.NO_TOOL_CALLING: (
+        "The job asked for evidence from tool calls, but its provider cannot call tools, so "
+        "nothing could be checked; the run ended at once instead of asking again."
+    ),
     ReasonCode.TOOL_PERSISTENCE_FAILED: (
         "A tool ran but its result could not be written to the ledger; its side effect "
         "may have happened."

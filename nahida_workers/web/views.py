@@ -23,6 +23,7 @@ from nahida_workers.web import queries as q
 from nahida_workers.web import trees
 from nahida_workers.web.conversation import conversation
 from nahida_workers.web.dashboard import next_fire_of, read_dashboard
+from nahida_workers.web.placements import placements_of
 from nahida_workers.web.probe import BrokerProbe
 from nahida_workers.web.reasons import explain
 from nahida_workers.web.timeline import bars_of, origin_of, overlapping_pairs, timeline_svg
@@ -236,8 +237,6 @@ class Console:
 
     def timeline(self, run_id: str) -> tuple[str, int, list[Any]]:
         """The run's SVG timeline (work, waits and child lanes), its overlap count, its events."""
-        from nahida_workers.web.pages import placements_of
-
         run = self.ledger.get_run(run_id)
         assert run is not None
         session = self.ledger.get_session(run.session_id)

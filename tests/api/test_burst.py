@@ -45,6 +45,20 @@ def private_fleet(postgres_url: str, pg: object, tmp_path: Path) -> Iterator[Fle
         redis_server.stop()
 
 
+def _served(statuses: dict[int, int], *, requests: int, cancels: int) -> bool:
+    """Every request answered 202 -- but a cancel may find the session already sealed.
+
+    A cancel seals a session no worker holds at once (DESIGN.md section 8), so
+    a cancel right behind another one, with no steer between them to reopen
+    the session, is told 409 ``session_done``; steers are always 202.
+    """
+    return (
+        set(statuses) <= {202, 409}
+        and statuses.get(409, 0) <= cancels
+        and (sum(statuses.values()) == requests)
+    )
+
+
 def _pg_dsn(postgres_url: str) -> str:
     return postgres_url.replace("postgresql+psycopg://", "postgresql://")
 
@@ -60,11 +74,11 @@ def test_200_concurrent_steer_and_cancel_requests_finish_with_p99_under_2s(
         # A running server: its pool's connections are open and its statements
         # prepared (the first requests of a fresh process do that).
         warm = asyncio.run(burst(server.url, ids, requests=16, cancel_every=4))
-        assert warm.statuses == {202: 16}, warm.line()
+        assert _served(warm.statuses, requests=16, cancels=4), warm.line()
         result = asyncio.run(burst(server.url, ids, requests=200, cancel_every=10))
     finally:
         server.stop()
-    assert result.statuses == {202: 200}, result.line()
+    assert _served(result.statuses, requests=200, cancels=20), result.line()
     p99 = percentile(result.latencies, 0.99)
     assert p99 < TARGET_P99_S, result.line()
     assert "Traceback" not in server.log.read_text()

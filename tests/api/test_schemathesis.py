@@ -89,6 +89,16 @@ checks.positive_data_acceptance.expected-statuses = [
 [[operations]]
 include-operation-id = "getUsage"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "5xx"]
+
+# A side question is answered by the session's provider within the request: a
+# generated script's `ask` turns may fail or run out, a documented 502.
+[[operations]]
+include-operation-id = "askSession"
+checks.not_a_server_error.expected-statuses = ["1xx", "2xx", "3xx", "4xx", "502"]
+# 400: the session's script has no `ask` turns (schema-valid; the job decides).
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "3xx", "400", "401", "403", "404", "409", "429", "502",
+]
 """
 
 

@@ -190,7 +190,7 @@ def _broker_down_env(postgres_url: str, redis_server: str) -> dict[str, str]:
     )
 
 
-def test_steer_and_cancel_with_the_broker_down_say_recorded_and_exit_4(
+def test_steer_with_the_broker_down_says_recorded_and_exits_4_and_cancel_needs_no_broker(
     tmp_path: Path, postgres_url: str, postgres_ledger: SqlLedger, redis_server: str
 ) -> None:
     session_id = _session(postgres_ledger, tmp_path)
@@ -209,9 +209,14 @@ def test_steer_and_cancel_with_the_broker_down_say_recorded_and_exit_4(
     assert [(m.message_id, m.text) for m in pending] == [("m-1", "also check [docs]")]
     assert postgres_ledger.pending_outbox(), "the re-dispatch waits in the outbox for the sweeper"
 
+    # A queued session no worker holds is sealed by the cancel itself: the
+    # broker is not needed, so the cancel took effect (exit 0), not "recorded".
     cancelled = nahida(["cancel", session_id], cwd=tmp_path, env=env)
-    assert cancelled.code == 4, cancelled.output
-    assert "recorded" in cancelled.stderr and "Traceback" not in cancelled.output
+    assert cancelled.code == 0, cancelled.output
+    assert f"session {session_id}: cancelled" in cancelled.stdout
+    assert "Traceback" not in cancelled.output
+    runs = postgres_ledger.runs_of(session_id)
+    assert runs[-1].terminal_state is not None and runs[-1].terminal_state.value == "cancelled"
 
 
 def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(

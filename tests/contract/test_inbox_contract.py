@@ -65,15 +65,27 @@ def test_limits_refuse_and_write_nothing(ledger: Any) -> None:
         post(w, message(f"u{i}"))
     with pytest.raises(InboxFullError, match="3 pending user"):
         post(w, message("u3"))
-    for i in range(2):
-        post(w, message(f"b{i}", kind=InboxKind.BACKGROUND))
-    with pytest.raises(InboxFullError, match="background"):
-        post(w, message("b2", kind=InboxKind.BACKGROUND))
-    assert len(ledger.inbox("s-1")) == 5
+    assert len(ledger.inbox("s-1")) == 3
     roomy = InboxLimits(max_user=100, max_background=100, max_bytes=30)
     with pytest.raises(InboxFullError, match="bytes"):
         post(w, message("big", "x" * 25), roomy)
     assert "big" not in {m.message_id for m in ledger.inbox("s-1")}
+
+
+def test_facts_are_never_refused_and_never_count_against_steering(ledger: Any) -> None:
+    """Runtime facts (child completions, ...) pass every steering limit and take none of it."""
+    w = make_world(ledger)
+    tight = InboxLimits(max_user=2, max_background=1, max_bytes=40)
+    for i in range(5):  # well past max_background and max_bytes: facts are never dropped
+        post(w, message(f"fact{i}", "f" * 30, kind=InboxKind.BACKGROUND), tight)
+    facts = [m for m in ledger.inbox("s-1") if m.kind is InboxKind.BACKGROUND]
+    assert len(facts) == 5
+    # 150 bytes of facts pending, yet steering still has its whole 40 bytes
+    post(w, message("steer", "s" * 40), tight)
+    with pytest.raises(InboxFullError, match="bytes"):
+        post(w, message("more", "m"), tight)  # only steering bytes count against the cap
+    post(w, message("fact5", "f" * 30, kind=InboxKind.BACKGROUND), tight)  # still accepted
+    assert {m.message_id for m in ledger.inbox("s-1")} >= {"steer", "fact5"}
 
 
 def test_unknown_session_is_refused(ledger: Any) -> None:

@@ -534,6 +534,30 @@ def test_reopen_session_turns_only_a_done_session_queued(ledger: Ledger) -> None
         assert ledger.reopen_session(tx, "no-such-session", at=at(5)) is False
 
 
+def test_set_session_status_only_from_writes_only_while_the_status_is_unchanged(
+    ledger: Ledger,
+) -> None:
+    # The sweeper touches a session it read a while ago: one sealed done since
+    # must stay done (a parent's wake counts its children done).
+    w = make_world(ledger)
+    with ledger.transaction() as tx:
+        ledger.set_session_status(tx, w.session_id, SessionStatus.DONE, at=at(1))
+    with ledger.transaction() as tx:
+        ledger.set_session_status(
+            tx, w.session_id, SessionStatus.RUNNING, at=at(2), only_from=SessionStatus.RUNNING
+        )
+    session = ledger.get_session(w.session_id)
+    assert session is not None and session.status is SessionStatus.DONE
+    assert session.updated_at == at(1)
+    with ledger.transaction() as tx:
+        ledger.set_session_status(
+            tx, w.session_id, SessionStatus.QUEUED, at=at(3), only_from=SessionStatus.DONE
+        )
+    session = ledger.get_session(w.session_id)
+    assert session is not None and session.status is SessionStatus.QUEUED
+    assert session.updated_at == at(3)
+
+
 def test_outbox_add_pending_and_mark_published(ledger: Ledger) -> None:
     w = make_world(ledger)
     with ledger.transaction() as tx:

@@ -102,7 +102,8 @@ def test_a_verifier_whose_tools_may_write_is_refused() -> None:
     plugged = Settings(  # type: ignore[call-arg]
         _env_file=None, agents_dir="", extra_tools=[f"{__name__}:WritingRead"]
     )
-    with pytest.raises(ConfigError, match=r"verifier's tools must be read-only; .*\['Read'\]"):
+    # The verifier is a reviewer (tool_profile): a writing Read is above its ceiling.
+    with pytest.raises(ConfigError, match=r"tool Read is a write tool; tool_profile reviewer"):
         check_spec(spec, plugged)
     # a job that can start no verifier is not checked for one
     check_spec(scripted_spec([{"text": "x"}], tools=["Glob"]), plugged)
@@ -140,8 +141,24 @@ def test_yaml_and_markdown_definitions(tmp_path: Path) -> None:
     assert name == "docs" and profile.system_prompt == "You write docs.\n\nKeep them short."
 
 
+def test_a_definition_may_name_a_tool_profile(tmp_path: Path) -> None:
+    """docs/concepts/context.md: the profile picks the tools when none are listed."""
+    name, profile = read_definition(
+        put(
+            tmp_path,
+            "security-reviewer.md",
+            "---\ndescription: Reviews diffs.\ntool_profile: reviewer\n---\nYou review.\n",
+        )
+    )
+    assert name == "security-reviewer" and profile.tool_profile == "reviewer"
+    assert profile.tools == ("Read", "Glob", "Grep", "LS")
+    job = scripted_spec([{"text": "x"}], tools=["Task"], agents={name: profile})
+    assert job.child_spec(name, "review").tools == ("Read", "Glob", "Grep", "LS")
+
+
 BROKEN = [
     ("bad.yaml", "tools: [Read\n", "invalid YAML"),
+    ("bad.yaml", "tool_profile: admin\n", "tool_profile"),
     ("bad.yaml", "- a list\n", "must be a mapping"),
     ("bad.yaml", "stop_hooks: [os:system]\n", "stop_hooks: Extra inputs"),
     ("bad.yaml", "tools: ['os:system']\n", "never names code"),

@@ -23,7 +23,7 @@ def test_loop_benchmark_quick_mode_writes_the_baseline_rows_and_compares() -> No
     out = run_bench("bench.loop", "--quick", timeout_s=300)
     assert "ratio vs baseline: " in out and "(target <= 1.5: " in out
     assert "same rows, session completed: yes" in out
-    assert "ours ('completed', 93, 40), baseline ('completed', 93, 40)" in out
+    assert "ours ('completed', 97, 40), baseline ('completed', 97, 40)" in out
     assert "LangGraph + PostgresSaver, dict state:" in out
     assert "MessagesState + ToolNode" in out and "target >= 2x: " in out
 

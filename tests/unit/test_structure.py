@@ -56,6 +56,9 @@ TRANSACTION_OWNERS = frozenset(
         "nahida_workers.runtime.commits.points",
         "nahida_workers.runtime.commits.team",
         "nahida_workers.runtime.commits.team_release",
+        # Control facts have their own writers, fenced like owners (DESIGN.md section 8):
+        "nahida_workers.runtime.control.cancel",
+        "nahida_workers.runtime.control.timers",
         "nahida_workers.runtime.dispatch.dispatcher",
         "nahida_workers.runtime.dispatch.inbox",
     }

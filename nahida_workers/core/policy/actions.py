@@ -128,6 +128,9 @@ class PolicyLimits:
             verification gate feeds back before ``unverified``.
         goal_corrections: turns the goal stage may ask for (a goal never
             claimed, a verifier FAIL fed back) before it settles.
+        truncation_recoveries: the loop's truncation bound; once the run
+            has had more truncated turns, a committed structured output no
+            longer passes (docs/concepts/context.md).
     """
 
     evidence_corrections: int = 1
@@ -138,6 +141,7 @@ class PolicyLimits:
     delegation_corrections: int = 1
     independent_corrections: int = 1
     goal_corrections: int = 2
+    truncation_recoveries: int = 3
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ class CandidateContext:
         task_available: the session may start child sessions (the gate
             needs one for its verifier).
         goal: the job's ``goal:`` (active from the start), if any.
+        tool_calling: the session's provider can call tools (False: no
+            receipt can be made, ``no_tool_calling`` settles at once).
     """
 
     state: RunState
@@ -172,6 +178,7 @@ class CandidateContext:
     subagent: bool = False
     task_available: bool = False
     goal: str | None = None
+    tool_calling: bool = True
 
     @property
     def text(self) -> str:
@@ -228,7 +235,11 @@ def last_mutation_seq(state: RunState) -> int:
 
 
 def last_steering_seq(state: RunState) -> int:
-    """Ledger position of the latest steering input, or 0."""
+    """Ledger position of the latest steering input, or 0.
+
+    Runtime messages (a correction, a bound's prompt, the self-check of
+    ``core/self_check.py``) are not steering: only a person's input is.
+    """
     last = 0
     for e in state.events:
         if e.type is EventType.USER_INPUT and e.payload.get("source") in ("steering", "inbox"):

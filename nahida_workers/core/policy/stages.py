@@ -1,10 +1,11 @@
 """The completion stages, in DESIGN.md section 6 order.
 
-pending steering -> structured output -> incomplete intent -> delegation
-contract -> independent verification -> explicit verification -> stop hooks
--> goal verification -> tool required (case B09) -> evidence contract ->
-claims without receipts.  The first stage that does not accept decides; if
-all accept, the answer is ``completed``.  The stages that rest on
+pending steering -> no tool calling -> structured output ->
+incomplete intent -> delegation contract -> independent verification ->
+explicit verification -> stop hooks -> goal verification -> tool required
+(case B09) -> evidence contract -> claims without receipts.  The first
+stage that does not accept decides; if all accept, the answer is
+``completed``.  The stages that rest on
 delegation and a fresh verifier live in ``core/policy/gates.py``.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nahida_workers.core.events import (
+    CompletionContract,
     EventType,
     EvidenceKind,
     EvidenceMode,
@@ -29,6 +31,7 @@ from nahida_workers.core.policy.actions import (
     RunStopHooks,
     Settle,
     Stage,
+    corrections_after,
     corrections_by,
     last_mutation_seq,
     last_steering_seq,
@@ -47,11 +50,10 @@ from nahida_workers.core.policy.gates import (
     goal_verification,
     independent_verification,
 )
+from nahida_workers.core.tool_choice import STRUCTURED_OUTPUT_TOOL
 
 __all__ = ["DEFAULT_STAGES", "STRUCTURED_OUTPUT_TOOL", "evaluate_candidate"]
 
-#: The reserved tool whose successful call is the only structured answer.
-STRUCTURED_OUTPUT_TOOL = "StructuredOutput"
 
 _KIND_FOR_MODE = {
     EvidenceMode.OBSERVE: EvidenceKind.OBSERVE,
@@ -73,15 +75,28 @@ def pending_steering(ctx: CandidateContext) -> PolicyAction:
     return ContinueWithInbox() if ctx.pending_steering > 0 else Accept()
 
 
+def truncation_exhausted(ctx: CandidateContext) -> bool:
+    """The run had more truncated turns (with or without calls) than recoveries allowed."""
+    return ctx.state.tallies.truncated_turns > ctx.limits.truncation_recoveries
+
+
 def structured_output(ctx: CandidateContext) -> PolicyAction:
     """Only a valid StructuredOutput call counts; JSON in prose is not an answer.
 
     The accepted object must come after the last workspace mutation and the
-    last steering input (either clears it).
+    last steering input (either clears it).  And (docs/concepts/context.md):
+
+    * a valid object does not pass once the run's truncation recoveries ran
+      out (:func:`truncation_exhausted`): ``incomplete/truncation_exhausted``
+      -- the output limit cut the run's work, whatever it committed before;
+    * the correction budget counts only corrections since that same point:
+      new steering or a mutation gives the model its full budget again.
     """
     schema = ctx.contract.output_schema
     if schema is None:
         return Accept()
+    if truncation_exhausted(ctx):
+        return Settle(TerminalState.INCOMPLETE, ReasonCode.TRUNCATION_EXHAUSTED)
     digest = schema_digest(schema)
     since = max(last_mutation_seq(ctx.state), last_steering_seq(ctx.state))
     for seq, receipt in ok_receipts_in_order(ctx.state):
@@ -92,15 +107,45 @@ def structured_output(ctx: CandidateContext) -> PolicyAction:
             and receipt.evidence.get("schema_sha256") == digest
         ):
             return Accept()
-    return _bounded(
-        ctx,
-        "structured_output",
-        ctx.limits.structured_corrections,
-        f"Your answer must be given by calling the {STRUCTURED_OUTPUT_TOOL} tool with an "
-        "object that matches the required JSON Schema. JSON written in the text is not "
-        "accepted. Call the tool now.",
-        Settle(TerminalState.UNVERIFIED, ReasonCode.STRUCTURED_OUTPUT_MISSING),
+    if corrections_after(ctx.state, "structured_output", since) < ctx.limits.structured_corrections:
+        return Correct(
+            "structured_output",
+            f"Your answer must be given by calling the {STRUCTURED_OUTPUT_TOOL} tool with an "
+            "object that matches the required JSON Schema. JSON written in the text is not "
+            "accepted. Call the tool now.",
+        )
+    return Settle(TerminalState.UNVERIFIED, ReasonCode.STRUCTURED_OUTPUT_MISSING)
+
+
+def needs_receipts(contract: CompletionContract) -> bool:
+    """The contract can only be met by tool calls (receipts, a structured output)."""
+    return bool(
+        contract.evidence is not EvidenceMode.NONE
+        or contract.required_tools
+        or contract.required_receipt_kinds
+        or contract.verify
+        or contract.output_schema is not None
     )
+
+
+def no_tool_calling(ctx: CandidateContext) -> PolicyAction:
+    """A provider without tool calling cannot meet a contract that needs receipts.
+
+    The run ends ``unverified/no_tool_calling`` at once (docs/concepts/context.md),
+    with the runtime's explanation as its final text, instead of spending a
+    correction turn asking for a tool call the provider cannot make.  A
+    contract already met (receipts from an earlier provider of the run)
+    passes on to the other stages.
+    """
+    if ctx.tool_calling or not needs_receipts(ctx.contract):
+        return Accept()
+    met = all(
+        isinstance(stage(ctx), Accept)
+        for stage in (structured_output, explicit_verification, evidence_contract)
+    )
+    if met:
+        return Accept()
+    return Settle(TerminalState.UNVERIFIED, ReasonCode.NO_TOOL_CALLING)
 
 
 def incomplete_intent(ctx: CandidateContext) -> PolicyAction:
@@ -242,6 +287,7 @@ def claims_backed(ctx: CandidateContext) -> PolicyAction:
 #: The stages in DESIGN.md section 6 order.
 DEFAULT_STAGES: tuple[Stage, ...] = (
     pending_steering,
+    no_tool_calling,
     structured_output,
     incomplete_intent,
     delegation_contract,

@@ -21,7 +21,7 @@ from typing import Any
 
 from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.policy.verification import VERDICT_SCHEMA, VERIFIER_AGENT
-from nahida_workers.runtime.profiles import AgentProfile
+from nahida_workers.runtime.profiles import AgentProfile, ToolProfile
 
 __all__ = [
     "BUILTIN_AGENTS",
@@ -93,4 +93,5 @@ def verifier_profile(provider: dict[str, Any] | None) -> AgentProfile:
         tools=READ_ONLY_TOOLS,
         contract=CompletionContract(output_schema=VERDICT_SCHEMA),
         limits=None,
+        tool_profile=ToolProfile.REVIEWER,
     )

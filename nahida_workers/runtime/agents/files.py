@@ -31,7 +31,13 @@ from nahida_workers.core.events import CompletionContract
 from nahida_workers.core.messages import ToolChoice
 from nahida_workers.errors import ConfigError
 from nahida_workers.runtime.agents.builtin import RESERVED_AGENTS
-from nahida_workers.runtime.profiles import AgentProfile, Limits, ParentClose
+from nahida_workers.runtime.profiles import (
+    PROFILE_TOOLS,
+    AgentProfile,
+    Limits,
+    ParentClose,
+    ToolProfile,
+)
 from nahida_workers.yaml_input import load_yaml
 
 __all__ = ["DEFINITION_SUFFIXES", "MAX_DEFINITION_BYTES", "AgentDefinition", "read_definition"]
@@ -56,6 +62,9 @@ class AgentDefinition(BaseModel):
         tools: registered tool names (default: the job's tools).
         tool_choice / contract / parent_close: as in a job's ``agents:`` profile.
         limits: its run bounds (default: the job's).
+        tool_profile: ``reviewer``, ``editor`` or ``deliverer``: a ceiling on
+            its tools by risk class, and its tools when ``tools`` is not
+            given (docs/concepts/context.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -69,6 +78,7 @@ class AgentDefinition(BaseModel):
     contract: CompletionContract = Field(default_factory=CompletionContract)
     limits: Limits | None = None
     parent_close: ParentClose = ParentClose.CANCEL
+    tool_profile: ToolProfile | None = None
 
     @field_validator("tools")
     @classmethod
@@ -82,15 +92,19 @@ class AgentDefinition(BaseModel):
 
     def profile(self) -> AgentProfile:
         """The profile a ``Task`` call (or a team member) is started with."""
+        tools = self.tools
+        if tools is None and self.tool_profile is not None:
+            tools = PROFILE_TOOLS[self.tool_profile]
         return AgentProfile(
             description=self.description,
             system_prompt=self.system_prompt,
             provider=self.provider,
-            tools=self.tools,
+            tools=tools,
             tool_choice=self.tool_choice,
             contract=self.contract,
             limits=self.limits,
             parent_close=self.parent_close,
+            tool_profile=self.tool_profile,
         )
 
 

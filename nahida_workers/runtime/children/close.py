@@ -3,12 +3,9 @@
 Both run inside the seal's transaction:
 
 * :func:`post_completion` -- a child's completion into its parent's inbox.
-  A foreground child's completion has no inbox limit (a wait must end); a
-  ``mode: background`` child's is input for the parent and the inbox's
-  background limits apply: when the parent's pending inbox is full the
-  message is dropped (logged; ``TaskOutput`` still reads the result) --
-  unless the parent is parked on that child (a ``resume`` wait), which must
-  be woken.
+  A completion is a runtime fact: no steering limit refuses it (DESIGN.md
+  section 8), foreground (its call's result) or ``mode: background`` (input for
+  the parent's next turn).
 * :func:`close_children` -- the parent-close policy (Temporal's
   ParentClosePolicy): each child still unfinished when its parent ends is
   named in the parent's terminal event, and a child whose profile says
@@ -29,7 +26,6 @@ from nahida_workers.constants import RUN_SESSION
 from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.records import InboxLimits, InboxMessage, OutboxRecord
-from nahida_workers.errors import InboxFullError
 from nahida_workers.ports import (
     ChildLedger,
     LedgerInbox,
@@ -66,29 +62,14 @@ def post_completion(
 ) -> bool:
     """Post ``message`` (``child``'s completion) in ``tx``; True when it woke the parent.
 
-    ``message.next_turn`` marks a background child's completion: bounded by
-    ``limits`` (see the module docstring); a foreground one is not.
+    ``message.next_turn`` marks a background child's completion (input for
+    the parent's next turn); a foreground one is adopted as its call's
+    result.  Either is a runtime fact: never refused by the steering
+    ``limits`` (DESIGN.md section 8: facts are never dropped).
     """
     if message.next_turn:
-        try:
-            ledger.enqueue_inbox(tx, message, limits)  # locks the parent row
-        except InboxFullError as exc:
-            if not _awaited(ledger, children, message.session_id, child):
-                log.warning("child completion %s not posted: %s", message.message_id, exc)
-                return False
+        ledger.enqueue_inbox(tx, message, limits)  # locks the parent row; facts are never refused
     return children.post_child_completion(tx, message, wake, at=at)
-
-
-def _awaited(ledger: CloseLedger[Any], children: ChildLedger[Any], parent: str, child: str) -> bool:
-    """Whether ``parent`` is parked waiting on ``child`` (a resume wait must end)."""
-    session = ledger.get_session(parent)
-    link = children.link(parent)
-    return (
-        session is not None
-        and session.status is SessionStatus.WAITING
-        and link is not None
-        and child in link.awaiting
-    )
 
 
 def unfinished_children(children: ChildLedger[Any], parent_id: str) -> list[str]:

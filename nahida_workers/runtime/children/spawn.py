@@ -45,6 +45,11 @@ from nahida_workers.core.records import (
 )
 from nahida_workers.errors import WorkspaceUnavailableError
 from nahida_workers.ports import ChildLedger, Ledger, TeamLedger
+from nahida_workers.runtime.children.cancelled import (
+    CANCELLED_REFUSAL,
+    born_cancelled,
+    line_cancelled,
+)
 from nahida_workers.runtime.children.resume import (
     post_resume,
     resume_message_id,
@@ -180,9 +185,18 @@ class Spawner:
         return published
 
     def spawn_one(self, tx: Any, run_id: str, call: ToolCall, now: datetime) -> OutboxRecord | None:
-        """Write one call's child (idempotent); its outbox row when it was created now."""
+        """Write one call's child (idempotent); its outbox row when it was created now.
+
+        In a cancelled line (this session's cancel, or an ancestor's it
+        follows, read in ``tx``) the child is born ``cancelled`` and never
+        published, and a resume is not posted (DESIGN.md section 8).
+        """
         request = self.request(call)
         if isinstance(request, str):
+            return None
+        cancelled = line_cancelled(self.ledger, tx, self.session.session_id, self.link(), now)
+        if request.resume is not None and cancelled:
+            self.refused[call.call_id] = CANCELLED_REFUSAL
             return None
         if request.resume is not None:
             posted = post_resume(
@@ -202,6 +216,10 @@ class Spawner:
             session, link, run, prompt, outbox = self._rows(run_id, call.call_id, request, now)
         except WorkspaceUnavailableError as exc:  # isolation: worktree on no git repository
             self.refused[call.call_id] = f"Task: isolation 'worktree' is not possible here: {exc}"
+            return None
+        if cancelled:
+            rows = (session, link, run, prompt)
+            born_cancelled(self.ledger, self.children, tx, rows, self.limits, now)
             return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         if outcome.refused:
@@ -254,6 +272,12 @@ class Spawner:
         from the missing session row.
         """
         session, link, run, prompt, outbox = rows
+        at = session.created_at
+        if line_cancelled(self.ledger, tx, self.session.session_id, self.link(), at):
+            born_cancelled(
+                self.ledger, self.children, tx, (session, link, run, prompt), self.limits, at
+            )
+            return None
         outcome = self.children.spawn_child(tx, session, link, run, prompt, outbox, self.limits)
         return outbox if outcome is SpawnOutcome.CREATED else None
 

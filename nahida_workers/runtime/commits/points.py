@@ -66,6 +66,7 @@ from nahida_workers.core.events import (
     SessionStatus,
     TerminalState,
 )
+from nahida_workers.core.facts import budget_timer
 from nahida_workers.core.handover import HandoverReason, handover_event, lease_event
 from nahida_workers.core.lineage import ChildLink
 from nahida_workers.core.loop import (
@@ -81,6 +82,7 @@ from nahida_workers.core.records import InboxLimits, OutboxRecord, RunRecord, Se
 from nahida_workers.core.sealing import closing_events, closing_receipts
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import LedgerError, StaleEpochError
+from nahida_workers.ledger.control import control_ledger
 from nahida_workers.ports import (
     ChildLedger,
     Clock,
@@ -155,6 +157,10 @@ class Family:
             path; an unpublished row is re-published by the sweeper).
         inbox_limits: the parent inbox's bounds a background child's
             completion is posted under (``runtime/children/close.py``).
+        cancel_children: after a seal that closed children (their cancel
+            flagged in the seal's transaction), cancels them at once as
+            ledger facts (``runtime/control/cancel.py``): a queued or parked
+            child is sealed without waiting for a worker slot.
     """
 
     children: ChildLedger[Any]
@@ -162,6 +168,7 @@ class Family:
     parent_id: str | None = None
     publish: Callable[[OutboxRecord], None] | None = None
     inbox_limits: InboxLimits = field(default_factory=InboxLimits)
+    cancel_children: Callable[[Sequence[OutboxRecord]], None] | None = None
 
     def prepare_worktrees(self) -> None:
         """Create the worktrees of the worktree children the last spawn created."""
@@ -414,6 +421,7 @@ class CommitPoints:
         family = self.family
         parent = family.parent_id if family is not None else None
         wake: list[OutboxRecord] = []
+        closed: list[OutboxRecord] = []
         running = family.running() if family is not None else []
         event = self._terminal(state, finish, len(closing), running, now)
 
@@ -436,8 +444,9 @@ class CommitPoints:
                 wake.clear()
                 if parent is not None and family is not None:
                     wake.extend(self._post_completion(tx, family, parent, run, finish, now))
+                closed.clear()
                 if running:
-                    wake.extend(close_children(self.ledger, tx, running, run.run_id, now))
+                    closed.extend(close_children(self.ledger, tx, running, run.run_id, now))
 
         self._through_outage(
             write,
@@ -451,8 +460,22 @@ class CommitPoints:
         log.info("run %s sealed: %s/%s", run.run_id, finish.state.value, finish.reason.value)
         if family is not None:
             family.publish_all(wake)
+            self._cancel_closed(family, closed)
         if self.observer is not None:
             self.observer.sealed(state, finish)
+
+    def _cancel_closed(self, family: Family, closed: Sequence[OutboxRecord]) -> None:
+        """The children this seal closed, cancelled at once; else their flag and message stand."""
+        if not closed:
+            return
+        if family.cancel_children is None:
+            family.publish_all(closed)
+            return
+        try:
+            family.cancel_children(closed)
+        except Exception as exc:  # the flags and outbox rows committed: an owner will seal them
+            log.warning("children of %s not cancelled at once: %s", self.fence.session_id, exc)
+            family.publish_all(closed)
 
     def _learn(
         self, state: RunState, events: Sequence[Event], receipts: Sequence[ExecutionReceipt]
@@ -513,13 +536,17 @@ class CommitPoints:
         )
         return [outbox] if woke else []
 
-    def park(self, state: RunState, run: RunRecord, park: Park) -> bool:
+    def park(
+        self, state: RunState, run: RunRecord, park: Park, *, budget_s: float | None = None
+    ) -> bool:
         """Section 8: wait for children -- or not, when every awaited one is already done.
 
         One fenced transaction holding the session row lock (the lock a
         child's completion post takes too, so no wake-up is lost): the
-        ``parked`` control event, ``sessions.status = waiting`` and the
-        awaited child ids.  Returns True when the session parked; False
+        ``parked`` control event, ``sessions.status = waiting``, the
+        awaited child ids and, with ``budget_s``, the run's wall-clock
+        budget as a durable timer (``core/facts.py``; beat fires it while
+        the session waits, DESIGN.md section 8).  Returns True when the session parked; False
         (nothing written) when the children ended meanwhile (adopt them) or
         its cancel was requested (``cancel_seen`` is then set: seal it).
         """
@@ -535,11 +562,21 @@ class CommitPoints:
             created_at=now,
         )
 
+        timer = None
+        if budget_s is not None:
+            me = self.fence.session_id
+            root = family.spawner.link().root_id or me
+            timer = budget_timer(
+                me, root, run.run_id, started_at=run.started_at, budget_s=budget_s, now=now
+            )
+
         def write() -> bool:
             with self.ledger.transaction(fence=self.fence) as tx:
                 if not family.children.park(tx, self.fence.session_id, park.awaiting, at=now):
                     return False
                 self.ledger.append(tx, [event])
+                if timer is not None:
+                    control_ledger(self.ledger).set_timer(tx, timer)
             return True
 
         self.heartbeat.check()

@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from nahida_workers.core.events import Event, EventType, SessionStatus
+from nahida_workers.core.facts import Timer
 from nahida_workers.core.records import OutboxRecord
 from nahida_workers.core.state import RunState
 from nahida_workers.core.team_gate import (
@@ -64,6 +65,7 @@ from nahida_workers.core.teams import (
     held_by,
 )
 from nahida_workers.errors import NotFoundError
+from nahida_workers.ledger.control import control_ledger
 from nahida_workers.ports import (
     Clock,
     Fence,
@@ -321,8 +323,13 @@ class TeamCommits:
         return sent
 
     # -- parking ------------------------------------------------------------------------
-    def park(self, state: RunState, run_id: str, wait: TeamWait) -> bool:
+    def park(
+        self, state: RunState, run_id: str, wait: TeamWait, *, timer: Timer | None = None
+    ) -> bool:
         """Park on the team, unless what is committed says otherwise (returns False).
+
+        ``timer``: the run's wall-clock budget, armed in the park's
+        transaction (``core/facts.py``; beat fires it while the session waits).
 
         Under the team row lock and the fence: a pending input, a cancel, or
         a gate that no longer says ``wait`` refuses the park (the loop then
@@ -352,6 +359,8 @@ class TeamCommits:
                 created_at=now,
             )
             self.ledger.append(tx, [parked])
+            if timer is not None:
+                control_ledger(self.ledger).set_timer(tx, timer)
             event.append(parked)
             self.teams.bump_version(tx, team.team_id, at=now)
             return True, wakes_for_park(team, wait.waiting_on)

@@ -282,7 +282,10 @@ class Dispatcher:
         Duplicates are harmless: a delivery that finds the lease held or the
         session done exits without writing.  ``touch_status`` re-writes the
         session status in the same transaction, which moves ``updated_at`` so
-        the sweeper does not re-dispatch it again at once.
+        the sweeper does not re-dispatch it again at once -- only while the
+        status is still ``touch_status``: the sweeper read it a while ago, and
+        a session sealed ``done`` since must stay done (a parent's wake counts
+        its children ``done``; the mixed chaos run lost one to this).
         """
         record = OutboxRecord(
             outbox_id=self.ids(),
@@ -293,5 +296,7 @@ class Dispatcher:
         with self.ledger.transaction() as tx:
             self.ledger.add_outbox(tx, record)
             if touch_status is not None:
-                self.ledger.set_session_status(tx, session_id, touch_status, at=record.created_at)
+                self.ledger.set_session_status(
+                    tx, session_id, touch_status, at=record.created_at, only_from=touch_status
+                )
         self._publish(record, priority=self._priority_of(session_id))

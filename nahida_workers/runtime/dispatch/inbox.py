@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from nahida_workers.core.events import SessionStatus
 from nahida_workers.core.records import InboxKind, InboxLimits, InboxMessage
-from nahida_workers.errors import NotFoundError, UserError
+from nahida_workers.errors import UserError
 from nahida_workers.ports import Clock, LeaseStore, LedgerInbox, LedgerReader, LedgerWriter, TxT
 from nahida_workers.runtime.dispatch.dispatcher import Dispatcher
+
+if TYPE_CHECKING:
+    from nahida_workers.runtime.control.cancel import CancelReport
+    from nahida_workers.runtime.observe.channel import EventSink
 
 __all__ = ["Inbox", "InboxLedger"]
 
@@ -36,6 +39,7 @@ class Inbox:
     Attributes:
         limits: pending-message bounds per session (20 user, 100 background,
             64 KiB by default).
+        sink: where a cancel's seals report ``final``/``done`` (None: nowhere).
     """
 
     ledger: InboxLedger[Any]
@@ -43,6 +47,7 @@ class Inbox:
     dispatcher: Dispatcher
     clock: Clock
     limits: InboxLimits = field(default_factory=InboxLimits)
+    sink: EventSink | None = None
 
     def post(
         self,
@@ -85,19 +90,20 @@ class Inbox:
             self.dispatcher.redispatch(session_id)
         return stored, created
 
-    def cancel(self, session_id: str) -> None:
-        """Ask the session's run to stop at its next boundary (ends ``cancelled``).
+    def cancel(self, session_id: str) -> CancelReport:
+        """Cancel the session and its subtree now (``runtime/control/cancel.py``).
+
+        A session no worker holds is sealed ``cancelled`` in this call's
+        transaction (a parent waiting on it is woken); one a worker holds
+        stops at its owner's next boundary.
 
         Raises:
             NotFoundError: no such session.
             UserError: the session is done: there is nothing to cancel.
         """
-        session = self.ledger.get_session(session_id)
-        if session is None:
-            raise NotFoundError(f"no session {session_id}")
-        if session.status is SessionStatus.DONE:
-            raise UserError(f"session {session_id} is done; nothing to cancel")
-        with self.ledger.transaction() as tx:
-            self.ledger.request_cancel(tx, session_id, at=self.clock.now())
-        if self.leases.holder(session_id) is None:
-            self.dispatcher.redispatch(session_id)
+        from nahida_workers.runtime.control.cancel import Canceller
+
+        canceller = Canceller(self.ledger, self.leases, self.dispatcher, self.clock, self.limits)
+        if self.sink is not None:
+            canceller.sink = self.sink
+        return canceller.cancel(session_id)

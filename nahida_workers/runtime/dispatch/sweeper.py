@@ -17,6 +17,10 @@
   the queue or for a slot under its group's cap: waiting is not a crash).
 * Team claims whose holder ended or lost ownership are released after a
   bound (``release_claims``, DESIGN.md section 8; ``runtime/commits/team.py``).
+* Due timers -- the deadlines of waiting sessions -- are fired first
+  (``fire_timers``, ``runtime/control/timers.py``): a parked parent whose
+  wall-clock budget passed ends ``incomplete/budget_exhausted`` within one
+  sweep interval, with no worker slot.
 * A session deferred by its group's cap has no message queued on purpose:
   it is never re-dispatched; instead every group with deferred sessions is
   released as far as its cap has room (a crash between a seal and its
@@ -56,6 +60,7 @@ class SweepReport:
     broker_reset: bool = False
     released: int = 0
     claims_released: tuple[tuple[str, str], ...] = ()
+    timers_fired: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -79,6 +84,9 @@ class Sweeper:
         release_claims: the team step -- releases stale team claims after
             their bound and returns the ``(team, task)`` pairs released
             (None: no team step).
+        fire_timers: the timer step -- fires the due deadlines of waiting
+            sessions and returns ``(timer id, outcome)`` of each
+            (``runtime/control/timers.py``; None: no timer step).
     """
 
     ledger: LedgerReader
@@ -91,10 +99,13 @@ class Sweeper:
     broker_reset: Callable[[], bool] = field(default=lambda: False)
     runner: SessionRunner | None = None
     release_claims: Callable[[], list[tuple[str, str]]] | None = None
+    fire_timers: Callable[[], list[tuple[str, str]]] | None = None
 
     def sweep(self) -> SweepReport:
         """Publish the outbox, re-dispatch ownerless sessions, settle stuck ones."""
         published = self.dispatcher.publish_pending()
+        # Deadlines first: they are the sweep's time-critical step (one sweep interval).
+        timers = self.fire_timers() if self.fire_timers is not None else []
         now = self.clock.now()
         reset = self.broker_reset()
         if reset:
@@ -132,7 +143,13 @@ class Sweeper:
         released = self._release(now)
         claims = self.release_claims() if self.release_claims is not None else []
         return SweepReport(
-            published, tuple(redispatched), tuple(settled), reset, released, tuple(claims)
+            published,
+            tuple(redispatched),
+            tuple(settled),
+            reset,
+            released,
+            tuple(claims),
+            tuple(timers),
         )
 
     def _settle(self, now: datetime) -> list[str]:

@@ -29,6 +29,7 @@ from nahida_workers.core.children import (
     leading_task_calls,
     task_schema,
 )
+from nahida_workers.core.context import bound_instructions, context_control
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -38,6 +39,7 @@ from nahida_workers.core.events import (
     TerminalState,
     VerificationStatus,
 )
+from nahida_workers.core.facts import Timer, budget_timer
 from nahida_workers.core.handover import HandoverReason, lease_event
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.loop import (
@@ -50,6 +52,7 @@ from nahida_workers.core.loop import (
     Finish,
     LoopConfig,
     Persist,
+    ReadInstructions,
     RecordBase,
     RunBatch,
     RunHooks,
@@ -70,6 +73,7 @@ from nahida_workers.errors import ProviderError, ProviderProtocolError
 from nahida_workers.runtime.children.spawn import child_views, completion_prefix
 from nahida_workers.runtime.children.verifier import verifier_view
 from nahida_workers.runtime.commits.points import CommitPoints
+from nahida_workers.runtime.context import read_instruction_files
 from nahida_workers.runtime.fanout.calls import CallJob, Execution
 from nahida_workers.runtime.fanout.prestart import FallbackGuard, PreStart
 from nahida_workers.runtime.observe.observer import Observer
@@ -113,6 +117,7 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         return tool is not None and not tool.spec.read_only
 
     goals = spec.goal is not None or GOAL_TOOL in spec.tools
+    provider = spec.provider
 
     return LoopConfig(
         system_prompt=spec.system_prompt,
@@ -135,6 +140,11 @@ def loop_config(spec: SessionSpec, registry: ToolRegistry, *, subagent: bool = F
         may_write=may_write,
         records_base=spec.may_verify() and (not subagent or goals),
         base_at_start=goals,
+        # Only a trusted workspace speaks to the model (docs/concepts/context.md).
+        instruction_files=spec.instruction_files if spec.trust_workspace else (),
+        tool_calling=bool(provider.get("supports_tools", True)),
+        named_tool_choice=bool(provider.get("named_tool_choice", True)),
+        self_check_every=spec.limits.self_check_every,
     )
 
 
@@ -335,7 +345,7 @@ class RunDriver:
                 return False
             case Finish():
                 return self._apply_finish(decision)
-            case Persist():
+            case Persist() | ReadInstructions():
                 return self._apply_persist(decision)
             case CallProvider():
                 return self._apply_call_provider(decision)
@@ -363,8 +373,10 @@ class RunDriver:
         self.commits.seal(self.state, self.run, finish)
         return False
 
-    def _apply_persist(self, persist: Persist) -> bool:
-        self.commits.commit_control(self.state, persist.events)
+    def _apply_persist(self, decision: Persist | ReadInstructions) -> bool:
+        if isinstance(decision, ReadInstructions):
+            decision = self._instructions(decision)
+        self.commits.commit_control(self.state, decision.events)
         return True
 
     def _apply_call_provider(self, decision: CallProvider) -> bool:
@@ -412,6 +424,19 @@ class RunDriver:
         self.commits.commit_control(self.state, [event])
         return True
 
+    def _instructions(self, decision: ReadInstructions) -> Persist:
+        """The workspace's instruction files, read once, as the run's ``context`` control."""
+        found = read_instruction_files(self.job.workspace, decision.paths)
+        payload = context_control(bound_instructions(found), asked=decision.paths)
+        event = Event(
+            run_id=self.run.run_id,
+            sequence=self.state.next_sequence,
+            type=EventType.CONTROL,
+            payload=payload,
+            created_at=self.r.clock.now(),
+        )
+        return Persist((event,))
+
     def _apply_claim_inbox(self, _decision: ClaimInbox) -> bool:
         waiting = [m for m in self._pending_inbox() if m.next_turn]
         if not waiting:
@@ -426,7 +451,9 @@ class RunDriver:
 
     def _apply_park(self, park: Park) -> bool:
         """Section 8: park (status waiting, delivery ends) -- or, children done, decide again."""
-        if self.commits.park(self.state, self.run, park):
+        if self.commits.park(
+            self.state, self.run, park, budget_s=self.spec.limits.wall_clock_budget_s
+        ):
             self.parked = True
             return False
         return True
@@ -434,7 +461,7 @@ class RunDriver:
     def _apply_team_wait(self, wait: TeamWait) -> bool:
         """Section 8: park on the team -- or, when committed facts changed, decide again."""
         assert self.team is not None  # a TeamWait needs a team view, which needs a team
-        if self.team.park(self.state, self.run.run_id, wait):
+        if self.team.park(self.state, self.run.run_id, wait, timer=self._budget_timer()):
             if self.commits.observer is not None:
                 self.commits.observer.committed([self.state.events[-1]])
             log.info(
@@ -444,6 +471,20 @@ class RunDriver:
             return False
         self._refresh_inbox_and_cancel()
         return True
+
+    def _budget_timer(self) -> Timer:
+        """The run's wall-clock budget as a durable timer (armed when the session parks)."""
+        me = self.session.session_id
+        family = self.commits.family
+        root = family.spawner.link().root_id if family is not None else None
+        return budget_timer(
+            me,
+            root or me,
+            self.run.run_id,
+            started_at=self.run.started_at,
+            budget_s=self.spec.limits.wall_clock_budget_s,
+            now=self.r.clock.now(),
+        )
 
     def _refresh_inbox_and_cancel(self) -> None:
         """After a refused park: the inbox count and cancel flag as committed now."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,13 @@ from nahida_workers.core.events import FailureCode, ReasonCode
 from nahida_workers.core.inbox import inbox_events
 from nahida_workers.core.messages import ToolCall
 from nahida_workers.core.policy.goals import GOAL_TOOL
-from nahida_workers.core.records import InboxKind, InboxStatus, RunRecord, SessionRecord
+from nahida_workers.core.records import (
+    InboxKind,
+    InboxStatus,
+    OutboxRecord,
+    RunRecord,
+    SessionRecord,
+)
 from nahida_workers.core.recovery import recovery_events
 from nahida_workers.core.state import RunState
 from nahida_workers.errors import (
@@ -47,6 +54,7 @@ from nahida_workers.runtime.children.worktree import (
     top_level_isolated,
 )
 from nahida_workers.runtime.commits.points import CommitPoints, Family
+from nahida_workers.runtime.control.cancel import cancel_closed
 from nahida_workers.runtime.memory import SessionMemory
 from nahida_workers.runtime.ownership.driver import RunDriver
 from nahida_workers.runtime.ownership.heartbeat import Heartbeat
@@ -123,9 +131,25 @@ class SessionOwner:
             self.r.worktrees,
             team_ledger(self.r.ledger),
         )
-        return Family(
+        family = Family(
             children, spawner, self.session.parent_id, self.r.publish, self.r.inbox_limits
         )
+        publish = self.r.publish
+        if publish is not None:
+
+            def cancel(records: Sequence[OutboxRecord]) -> None:
+                cancel_closed(
+                    self.r.ledger,
+                    self.r.leases,
+                    self.r.clock,
+                    publish,
+                    records,
+                    inbox_limits=self.r.inbox_limits,
+                    sink=self.r.sink,
+                )
+
+            family.cancel_children = cancel
+        return family
 
     # -- the delivery ------------------------------------------------------------
     def run(self) -> SessionOutcome:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nahida_workers.core.facts import Timer
 from nahida_workers.core.state import RunState
 from nahida_workers.core.team_gate import TeamView, TeamWait
 from nahida_workers.ports import TeamLedger
@@ -41,6 +42,11 @@ class TeamSession:
         state = self.teams.read_team(member.team_id)
         return TeamView(self.session_id, state) if state is not None else None
 
-    def park(self, state: RunState, run_id: str, wait: TeamWait) -> bool:
-        """Park on the team (True), or not when committed facts say otherwise."""
-        return self.commits.park(state, run_id, wait)
+    def park(
+        self, state: RunState, run_id: str, wait: TeamWait, *, timer: Timer | None = None
+    ) -> bool:
+        """Park on the team (True), or not when committed facts say otherwise.
+
+        ``timer``: the run's budget, armed in the park's transaction.
+        """
+        return self.commits.park(state, run_id, wait, timer=timer)

@@ -12,7 +12,13 @@ from pydantic import BaseModel, ValidationError
 from nahida_workers.api import models
 from nahida_workers.core.messages import Usage
 from nahida_workers.providers.config import ProviderConfig
-from nahida_workers.providers.scripted import Script, ScriptedCall, ScriptError, ScriptTurn
+from nahida_workers.providers.scripted import (
+    Script,
+    ScriptedCall,
+    ScriptError,
+    ScriptExpect,
+    ScriptTurn,
+)
 from nahida_workers.runtime.spec import AgentProfile, JobSpec, MemorySpec
 
 
@@ -23,6 +29,7 @@ from nahida_workers.runtime.spec import AgentProfile, JobSpec, MemorySpec
         (models.ScriptTurnIn, ScriptTurn),
         (models.ScriptedCallIn, ScriptedCall),
         (models.ScriptErrorIn, ScriptError),
+        (models.ScriptExpectIn, ScriptExpect),
         (models.UsageIn, Usage),
     ],
 )

@@ -111,6 +111,8 @@ def test_the_read_edge_accepts_capped_text_and_optional_keys() -> None:
             "reasons": "fine",
         },
         {"kind": "goal", "goal": "job", "from": "active"},
+        {"kind": "context", "instructions": "AGENTS.md"},
+        {"kind": "self_check"},
     ],
 )
 def test_the_read_edge_checks_the_shape_of_each_known_control_kind(bad: dict[str, object]) -> None:
@@ -156,6 +158,14 @@ def test_every_control_kind_the_code_writes_has_a_shape_and_unknown_kinds_stay_o
             "child_reason": "answer_accepted",
         },
         {"kind": "goal", "goal": "job", "from": "verifying", "to": "rejected", "reasons": ["x"]},
+        {
+            "kind": "context",
+            "instructions": [
+                {"path": "AGENTS.md", "text": "t", "size": 1, "sha256": "ab", "truncated": False}
+            ],
+            "missing": ["CONTRIBUTING.md"],
+        },
+        {"kind": "self_check", "turn": 5},
     ]
     assert {g["kind"] for g in good} == set(CONTROL_SHAPES)
     for data in good:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nahida_workers.core.context import BASE_PROMPT
 from nahida_workers.core.events import (
     Event,
     EventType,
@@ -296,7 +297,9 @@ def test_decide_asks_the_provider_with_the_projected_transcript() -> None:
     decision = decide(state, LoopConfig(system_prompt="sys"), Signals(now=NOW))
     assert isinstance(decision, CallProvider)
     assert decision.request.turn_index == 0
-    assert decision.request.system == "sys"
+    # The runtime's base prompt first; the job's system prompt is appended, never in its place.
+    system = decision.request.system or ""
+    assert system.startswith(BASE_PROMPT) and system.endswith("# Job instructions\n\nsys")
     assert [m.role for m in decision.request.messages] == ["user"]
 
 

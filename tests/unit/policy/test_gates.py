@@ -411,6 +411,7 @@ def test_anything_but_a_well_formed_verdict_is_fail(
 def test_the_pipeline_runs_the_stages_in_design_order() -> None:
     assert [s.__name__ for s in DEFAULT_STAGES] == [
         "pending_steering",
+        "no_tool_calling",
         "structured_output",
         "incomplete_intent",
         "delegation_contract",

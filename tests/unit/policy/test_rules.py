@@ -387,7 +387,14 @@ RULES = [
         Rule(
             [turn(read("r"), text="The answer is 42.")] * 16,
             ("incomplete", "doom_loop", 16),
-            controls=("bound:repeated_text", "bound:repeated_action"),
+            # The self-check (every 5 turns) is a runtime message: it breaks no streak.
+            controls=(
+                "bound:repeated_text",
+                "self_check",
+                "bound:repeated_action",
+                "self_check",
+                "self_check",
+            ),
             files=NOTES,
         ),
         id="1-never-reuses-text-before-a-tool-call-doom_loop",
@@ -910,7 +917,7 @@ RULES = [
         Rule(
             [SAME_READ] * 8 + [say("notes.txt lists alpha and beta.")],
             ("completed", "answer_accepted", 9),
-            controls=("bound:repeated_action",),
+            controls=("self_check", "bound:repeated_action"),
             files=NOTES,
             check=doom_prompt_named_the_action,
         ),
@@ -920,6 +927,7 @@ RULES = [
         Rule(
             [SAME_READ] * 7 + [say("notes.txt lists alpha and beta.")],
             ("completed", "answer_accepted", 8),
+            controls=("self_check",),  # before turn 6: not a bound prompt
             files=NOTES,
         ),
         id="4-same-action-7-times-no-prompt",
@@ -928,7 +936,7 @@ RULES = [
         Rule(
             [SAME_READ] * 20,
             ("incomplete", "doom_loop", 16),
-            controls=("bound:repeated_action",),
+            controls=("self_check", "bound:repeated_action", "self_check", "self_check"),
             files=NOTES,
         ),
         id="4-same-action-16-times-doom_loop",

@@ -1,10 +1,13 @@
 """Case B09 through the whole loop: the real OpenAI adapter, the runtime, the ledger.
 
 vLLM answered ``finish_reason: tool_calls`` with no parsable call.  The turn is
-classified by what was parsed: no tool runs, the provider is called once for
-the turn, the ledger records the anomaly, and the completion policy decides:
-``unverified`` when the request required a tool, ``completed`` with ``auto``.
-The mirror variant (a call with ``finish_reason: stop``) runs the call.
+classified by what was parsed: no tool runs and the ledger records the
+anomaly.  Issue 23 item 4 (which wins over the case's "would end completed"):
+the reply's text is not a candidate answer -- one repair turn, then
+``failed``; a plain answer after the repair is judged as usual
+(``unverified`` when the request required a tool, ``completed`` with
+``auto``), so the run never fails on the first anomaly.  The mirror variant
+(a call with ``finish_reason: stop``) runs the call.
 """
 
 from __future__ import annotations
@@ -47,13 +50,21 @@ def _provider(streams: list[list[str]], requests: list[dict[str, Any]]) -> OpenA
 def test_finish_reason_tool_calls_with_nothing_parsed(
     tool_choice: str, state: str, tmp_path: Path
 ) -> None:
+    """Issue 23 item 4: the text of a tool finish with no call is not a candidate answer.
+
+    One repair turn (a new user message: never the same history again); the
+    repaired plain answer is then judged as usual.
+    """
     requests: list[dict[str, Any]] = []
-    provider = _provider([CASE["input"]["variant_stream"]], requests)
+    provider = _provider([CASE["input"]["variant_stream"], FINAL], requests)
     runner = memory_runner(provider_for=lambda _spec: provider)
     spec = scripted_spec([{"text": "unused"}], tool_choice=tool_choice, tools=("Read",))
     result = run_inline(spec, tmp_path, runner=runner)
-    assert len(requests) == 1, "no automatic re-call with the same history"
+    assert len(requests) == 2
     assert requests[0]["tool_choice"] == tool_choice
+    first, second = (r["messages"] for r in requests)
+    assert second[: len(first)] == first, "the repair turn extends the same prefix"
+    assert second[-1]["role"] == "user" and "could be parsed" in second[-1]["content"]
     kinds = [e.type for e in result.events]
     assert EventType.TOOL_CALL not in kinds
     anomaly = next(e for e in result.events if e.type is EventType.PROVIDER_ANOMALY)
@@ -61,8 +72,27 @@ def test_finish_reason_tool_calls_with_nothing_parsed(
     assert anomaly.payload["detail"] == {"finish_reason": "tool_calls", "parsed_tool_calls": 0}
     output = next(e for e in result.events if e.type is EventType.ASSISTANT_OUTPUT)
     assert output.payload["text"] == "I'm doing well, thanks for asking!"
+    (repair,) = [
+        e.payload
+        for e in result.events
+        if e.type is EventType.CONTROL and e.payload.get("kind") == "repair"
+    ]
+    assert repair["anomaly"] == "text_tool_turn"
     assert result.run.terminal_state.value == state
-    assert result.run.terminal_state.value != "failed"
+
+
+def test_a_second_tool_finish_with_nothing_parsed_fails(tmp_path: Path) -> None:
+    """Repair once, then ``failed/provider_protocol_invalid`` -- never a candidate answer."""
+    requests: list[dict[str, Any]] = []
+    provider = _provider([CASE["input"]["variant_stream"]], requests)
+    runner = memory_runner(provider_for=lambda _spec: provider)
+    spec = scripted_spec([{"text": "unused"}], tools=("Read",))
+    result = run_inline(spec, tmp_path, runner=runner)
+    assert len(requests) == 2
+    assert result.run.terminal_state.value == "failed"
+    assert result.run.terminal_reason is not None
+    assert result.run.terminal_reason.value == "provider_protocol_invalid"
+    assert "doing well" not in str(result.events[-1].payload["final_text"])
 
 
 def test_the_mirror_variant_runs_the_parsed_call(tmp_path: Path) -> None:

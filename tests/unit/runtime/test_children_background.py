@@ -112,8 +112,10 @@ def test_parent_answering_with_a_running_background_child_is_not_completed(w: Wo
     end = terminal(ledger, parent)
     assert (end["state"], end["reason"]) == ("incomplete", "children_unfinished")
     assert end["children_running"] == [bg]
-    # parent_close: cancel (the default): the child's cancel is requested and it is re-dispatched
-    assert ledger.get_session(bg).cancel_requested_at is not None
+    # parent_close: cancel (the default): the queued child is sealed cancelled by the
+    # parent's seal at once, with no delivery (a ledger fact, DESIGN.md section 8)
+    assert terminal(ledger, bg)["state"] == "cancelled"
+    assert terminal(ledger, bg)["decided_by"] == "cancel"
     w.pump()
     assert terminal(ledger, bg)["state"] == "cancelled"
 
@@ -141,7 +143,7 @@ def test_allowed_unfinished_children_and_abandon_leave_the_child_running(w: Worl
     assert len(ledger.runs_of(parent)) == 1
 
 
-def test_background_completions_respect_the_inbox_background_limit(w: World) -> None:
+def test_background_completions_are_never_dropped_by_an_inbox_limit(w: World) -> None:
     w.runner.inbox_limits = InboxLimits(max_user=20, max_background=1, max_bytes=64 * 1024)
     calls = [task(f"call_{i}", "alpha", mode="background") for i in range(3)]
     parent = submit(
@@ -156,7 +158,7 @@ def test_background_completions_respect_the_inbox_background_limit(w: World) -> 
     w.pump()
     ledger = w.runner.ledger
     background = [m for m in ledger.inbox(parent) if m.next_turn]
-    assert len(background) == 1  # the other two were over the limit: dropped, logged
+    assert len(background) == 3  # facts are never dropped by an inbox limit
     assert all(
         terminal(ledger, child_id(RUN, f"call_{i}"))["state"] == "completed" for i in range(3)
     )
@@ -235,7 +237,8 @@ def test_a_cancel_landing_while_the_parent_holds_its_lease_is_not_parked_on(
     monkeypatch.setattr(CommitPoints, "commit_turn", commit_turn)
     assert terminal(ledger, parent)["state"] == "cancelled"
     kid = child_id(RUN, "call_a")
-    assert ledger.get_session(kid).cancel_requested_at is not None  # parent_close: cancel
+    # The cancel covered the subtree: the queued child was sealed by it at once.
+    assert terminal(ledger, kid)["state"] == "cancelled"
     w.pump()
     assert terminal(ledger, kid)["state"] == "cancelled"
 
@@ -250,12 +253,15 @@ def test_cancelling_a_waiting_parent_cancels_its_children(w: World) -> None:
     ledger = w.runner.ledger
     assert ledger.get_session(parent).status is SessionStatus.WAITING
     inbox = Inbox(ledger, w.runner.leases, w.dispatcher, w.runner.clock)
-    inbox.cancel(parent)
-    assert w.queue.published[-1][0] == parent  # a waiting parent is re-dispatched
-    assert w.runner.run(parent) is SessionOutcome.FINISHED
+    published = len(w.queue.published)
+    report = inbox.cancel(parent)
     kid = child_id(RUN, "call_a")
+    # One operation, no worker slot: the queued child, then the waiting parent.
+    assert report.sealed == (kid, parent) and report.flagged == ()
+    assert len(w.queue.published) == published  # nothing re-dispatched: nothing to run
     assert terminal(ledger, parent)["state"] == "cancelled"
-    assert ledger.get_session(kid).cancel_requested_at is not None
+    assert terminal(ledger, kid)["state"] == "cancelled"
+    assert w.runner.run(parent) is SessionOutcome.ALREADY_DONE
     w.pump()
     assert terminal(ledger, kid)["state"] == "cancelled"
     assert ledger.get_session(parent).status is SessionStatus.DONE

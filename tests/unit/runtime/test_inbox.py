@@ -154,14 +154,24 @@ def test_inbox_limits_are_a_clear_error(tmp_path: Path) -> None:
         inbox.post(sid, "   ")
 
 
-def test_cancel_stops_the_run_and_a_queued_session_is_redispatched(tmp_path: Path) -> None:
+def test_cancelling_a_queued_session_seals_it_at_once_without_a_delivery(tmp_path: Path) -> None:
+    from nahida_workers.runtime.observe.channel import MemorySink
+
     runner, inbox, queue, sid = _world([{"text": "never used"}])
     before = len(queue.published)
-    inbox.cancel(sid)
-    assert len(queue.published) == before + 1
-    runner.run(sid)
+    inbox.sink = sink = MemorySink()
+    report = inbox.cancel(sid)
+    done = [e for e in sink.events if e.kind.value == "done"]  # a watcher sees the end
+    assert [(e.session_id, e.data["terminal_state"]) for e in done] == [(sid, "cancelled")]
+    assert report.sealed == (sid,) and report.flagged == ()
+    assert len(queue.published) == before  # the cancel needed no worker slot
     (run,) = runner.ledger.runs_of(sid)
     assert (run.terminal_state.value, run.terminal_reason.value) == ("cancelled", "cancelled")  # type: ignore[union-attr]
+    end = runner.ledger.events(run.run_id)[-1]
+    assert end.payload["decided_by"] == "cancel"
+    # A delivery still in the queue finds the session sealed and writes nothing.
+    assert runner.run(sid).value == "already_done"
+    assert [e.type.value for e in runner.ledger.events(run.run_id)] == ["user_input", "terminal"]
     with pytest.raises(UserError, match="nothing to cancel"):
         inbox.cancel(sid)
 

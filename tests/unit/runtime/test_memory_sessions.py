@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from nahida_workers.core.events import EventType
+from nahida_workers.core.context import BASE_PROMPT, system_prompt
+from nahida_workers.core.events import CompletionContract, EventType
 from nahida_workers.core.memory import MemoryItem, MemoryKind, MemoryStatus, Provenance
 from nahida_workers.core.messages import ProviderRequest
 from nahida_workers.ledger.recall import recall_ledger
@@ -60,7 +61,14 @@ class World:
         return session.session_id
 
     def systems(self) -> list[str | None]:
-        return [r.system for r in self.providers[-1].requests]
+        """What follows the runtime's base prompt in each request (None: nothing)."""
+        out: list[str | None] = []
+        for request in self.providers[-1].requests:
+            system = request.system or ""
+            assert system.startswith(BASE_PROMPT)  # docs/concepts/context.md: always first
+            rest = system[len(BASE_PROMPT) :].lstrip("\n").removeprefix("# Job instructions\n\n")
+            out.append(rest or None)
+        return out
 
     def results(self, session_id: str) -> list[str]:
         (run,) = self.ledger.runs_of(session_id)
@@ -150,7 +158,9 @@ def test_a_job_without_memory_has_no_remember_tool_and_sees_no_memory(world: Wor
     world.run([{"text": "Bonjour."}], memory=False)
     (request,) = world.providers[-1].requests
     assert "Remember" not in [t.name for t in request.tools]
-    assert request.system is None
+    # The runtime's base prompt only (docs/concepts/context.md): no memory block.
+    assert request.system == system_prompt(CompletionContract())
+    assert "Workspace memory" not in request.system
 
 
 def test_the_next_session_sees_active_items_with_their_provenance(world: World) -> None:

@@ -181,6 +181,41 @@ def test_an_empty_tool_finish_then_an_answer_completes(tmp_path: Path) -> None:
     assert result.terminal["final_text"] == "Oslo is sunny."
 
 
+# -- a tool-call finish with text and no call (docs/concepts/context.md) ------------------------
+ANTHROPIC_TEXT_TOOL_FINISH = anthropic_stream(
+    [{"type": "text", "text": "I'll look that up for you."}], "tool_use"
+)
+ANTHROPIC_ANSWER = anthropic_stream([{"type": "text", "text": "Oslo is sunny."}], "end_turn")
+
+
+def test_anthropic_tool_use_stop_with_text_and_no_call_is_repaired_then_fails(
+    tmp_path: Path,
+) -> None:
+    """SYNTHETIC stream: ``stop_reason: tool_use`` with only a text block."""
+    recorder = Recorder([body(ANTHROPIC_TEXT_TOOL_FINISH)])
+    result = run(tmp_path, anthropic(recorder), tools=("Read",))
+    assert outcome(result) == ("failed", "provider_protocol_invalid")
+    assert len(recorder.requests) == 2, "one repair turn, then give up"
+    (first, _second) = [e for e in result.events if e.type is EventType.ASSISTANT_OUTPUT]
+    assert first.payload["text"] == "I'll look that up for you."  # committed, not an answer
+    assert first.payload["raw_stop_reason"] == "tool_use"
+    repair = [e for e in result.events if e.payload.get("kind") == "repair"]
+    assert len(repair) == 1 and repair[0].payload["anomaly"] == "text_tool_turn"
+    sent = recorder.bodies()[1]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": [
+        {"type": "text", "text": "I'll look that up for you."}
+    ]}  # fmt: skip
+    assert "no tool call in it could be parsed" in sent[-1]["content"]
+    assert "look that up" not in result.terminal["final_text"]
+
+
+def test_anthropic_tool_use_stop_with_text_then_an_answer_completes(tmp_path: Path) -> None:
+    recorder = Recorder([body(ANTHROPIC_TEXT_TOOL_FINISH), body(ANTHROPIC_ANSWER)])
+    result = run(tmp_path, anthropic(recorder), tools=("Read",))
+    assert outcome(result) == ("completed", "answer_accepted")
+    assert result.terminal["final_text"] == "Oslo is sunny."
+
+
 # -- an empty answer -------------------------------------------------------------------------
 def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"tool_calls": [{"id": call_id, "name": name, "arguments": arguments}]}

@@ -50,8 +50,10 @@ def _cancel_parked_parent(w: World) -> tuple[str, str]:
     assert w.runner.run(first) is SessionOutcome.PARKED
     ledger = w.runner.ledger
     assert ledger.get_session(parent).status is SessionStatus.WAITING
-    Inbox(ledger, w.runner.leases, w.dispatcher, w.runner.clock).cancel(parent)
-    assert w.runner.run(parent) is SessionOutcome.FINISHED
+    report = Inbox(ledger, w.runner.leases, w.dispatcher, w.runner.clock).cancel(parent)
+    # No worker holds the parked parent or its queued children: the cancel seals all three.
+    assert report.sealed[-1] == parent and len(report.sealed) == 3
+    assert w.runner.run(parent) is SessionOutcome.ALREADY_DONE
     return parent, ledger.runs_of(parent)[-1].run_id
 
 
@@ -74,7 +76,7 @@ def test_a_parked_parent_cancelled_closes_its_open_task_calls_in_its_run(
         ("call_a", ToolStatus.CANCELLED),
         ("call_b", ToolStatus.CANCELLED),
     ]
-    # the cascade still reaches both children, which end cancelled themselves
+    # the cancel covered both children (sealed in the same transaction)
     w.pump()
     for call in ("call_a", "call_b"):
         assert terminal(ledger, child_id(RUN, call))["state"] == "cancelled"

@@ -156,3 +156,24 @@ def test_a_session_no_owner_ever_took_is_waiting_not_stuck(tmp_path: Path) -> No
     )  # type: ignore[arg-type]
     assert sweeper.sweep().settled == ()
     assert runner.ledger.get_session(session.session_id).status is SessionStatus.QUEUED  # type: ignore[attr-defined]
+
+
+def test_a_session_sealed_after_the_sweep_read_it_stays_done() -> None:
+    """The sweep reads its candidates first and re-dispatches them one by one (a slow sweep
+    after a broker reset took 19 s in the mixed chaos run): a session sealed ``done`` in
+    between must not be turned back to ``running`` -- a parent's wake counts it done."""
+    runner, dispatcher, queue = _world()
+    session, _ = dispatcher.submit(SPEC, workspace=".")
+    stale = session.model_copy(update={"status": SessionStatus.RUNNING})
+    runner.run(session.session_id)  # type: ignore[attr-defined]
+    ledger = runner.ledger  # type: ignore[attr-defined]
+    assert ledger.get_session(session.session_id).status is SessionStatus.DONE
+    read = ledger.sessions
+    ledger.sessions = lambda **kw: (
+        [stale] if kw.get("statuses") == [SessionStatus.RUNNING] else read(**kw)
+    )
+    sweeper = Sweeper(ledger, runner.leases, dispatcher, runner.clock, broker_reset=lambda: True)  # type: ignore[attr-defined]
+    published = len(queue.published)
+    assert sweeper.sweep().redispatched == (session.session_id,)
+    assert len(queue.published) == published + 1  # the message goes out: the delivery finds it done
+    assert read(statuses=[SessionStatus.DONE])[0].session_id == session.session_id

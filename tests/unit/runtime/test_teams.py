@@ -213,6 +213,11 @@ def test_stale_claim_of_an_ended_member_is_released_after_the_bound(
     assert task.status is TaskStatus.CLAIMED and task.owner == q
     assert teams.team_of(k).parked_on is WaitingOn.IDLE  # nothing claimable: parked, no slot
     assert ledger.get_session(lead).status is SessionStatus.WAITING
+    # A team park arms the run's budget as a durable timer, as a child park does.
+    from nahida_workers.ledger.control import control_ledger
+
+    (timer,) = control_ledger(ledger).timers(lead)
+    assert (timer.kind, timer.payload["run_id"], timer.fired_at) == ("budget", RUN, None)
     clock = w.runner.clock
     sweeper = Sweeper(
         ledger,

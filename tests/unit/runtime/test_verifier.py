@@ -224,12 +224,13 @@ def test_cancelling_a_parent_parked_on_its_verifier_cancels_the_verifier(
     )
     first = w.queue.published.pop(0)[0]
     assert w.runner.run(first) is SessionOutcome.PARKED
-    Inbox(w.runner.ledger, w.runner.leases, w.dispatcher, w.runner.clock).cancel(parent)
-    assert w.queue.published[-1][0] == parent  # a waiting parent is re-dispatched
-    assert w.runner.run(parent) is SessionOutcome.FINISHED  # before its verifier ran
+    report = Inbox(w.runner.ledger, w.runner.leases, w.dispatcher, w.runner.clock).cancel(parent)
+    (kid,) = verifiers(w, parent)
+    # The parked parent and its queued verifier: both sealed by the cancel, before it ran.
+    assert report.sealed == (kid.session_id, parent)
+    assert w.runner.run(parent) is SessionOutcome.ALREADY_DONE
     assert terminal(w, parent) == ("cancelled", "cancelled")
     w.pump()
-    (kid,) = verifiers(w, parent)
     kid_run = w.runner.ledger.runs_of(kid.session_id)[-1]
     assert kid_run.terminal_state is not None and kid_run.terminal_state.value == "cancelled"
 

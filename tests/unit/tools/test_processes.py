@@ -207,7 +207,10 @@ def test_after_a_fenced_stop_the_killed_command_reports_at_once(
 
     thread = threading.Thread(target=call)
     thread.start()
-    wait_for(lambda: marked_processes(marker), timeout=10, what="the command to start")
+    # started AND registered: a stop between the fork and the registration is the
+    # "killed at start" path, tested on its own above
+    wait_for(lambda: marked_processes(marker) and registry.live, timeout=10,
+             what="the command to start")  # fmt: skip
     registry.stop_all()
     thread.join(timeout=10)
     assert not thread.is_alive() and box["outcome"].evidence["error_code"] == "nonzero_exit"

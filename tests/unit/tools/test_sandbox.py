@@ -87,11 +87,13 @@ def test_ls_proc_shows_only_the_sandbox_processes(
 def test_no_other_process_environment_or_command_line_is_readable_in_any_encoding(
     ctx: ToolContext, holder: subprocess.Popen[bytes]
 ) -> None:
+    # NULs become newlines: output with NUL bytes would be a byte summary
+    # (issue 23 item 3), which would hide the secret from the control below.
     steal = (
-        f"rev /proc/{holder.pid}/environ; echo; base64 -w0 /proc/{holder.pid}/environ; echo; "
+        f"{{ rev /proc/{holder.pid}/environ; echo; base64 -w0 /proc/{holder.pid}/environ; echo; "
         f"cat /proc/{holder.pid}/cmdline; echo; "
         "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
-        "base64 -w0 $f; echo; rev $f; echo; done"
+        "base64 -w0 $f; echo; rev $f; echo; done; } | tr '\\0' '\\n'"
     )
     outcome = bash(steal, ctx)
     assert f"/proc/{holder.pid}/environ: No such file or directory" in outcome.content

@@ -60,7 +60,9 @@ def test_cookie_login_then_actions_need_the_csrf_token(tmp_path: Path) -> None:
     assert bad.status_code == 422  # the API's error shape for a body it does not know
     cancel = f"/console/actions/sessions/{sid}/cancel"
     assert client.post(cancel, headers={"X-CSRF-Token": found.group(1)}).status_code == 200
-    assert fleet.ledger.get_session(sid).cancel_requested_at is not None
+    # queued, no worker holds it: the cancel sealed it at once (issue 21 item 2)
+    (run,) = fleet.ledger.runs_of(sid)
+    assert run.terminal_state is not None and run.terminal_state.value == "cancelled"
     missing = client.post(
         "/console/actions/schedules/nope/pause", headers={"X-CSRF-Token": found.group(1)}
     )
