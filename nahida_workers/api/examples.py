@@ -63,6 +63,7 @@ _USAGE = {
 REQUESTS: dict[str, Any] = {
     "createSession": {"job": _JOB, "workspace": "/srv/repos/app", "idempotency_key": "survey-1"},
     "steerSession": {"text": "Also list the FIXME comments.", "message_id": "m-1"},
+    "askSession": {"question": "Which files have you read so far?"},
     "createSchedule": _SCHEDULE,
     "applySchedules": {"schedules": [_SCHEDULE]},
 }
@@ -210,6 +211,21 @@ def responses() -> dict[str, tuple[str, Any]]:
             {"run": run, "usage": _USAGE, "events": _events(), "receipts": [_receipt()]},
         ),
         "steerSession": ("202", acted),
+        "askSession": (
+            "200",
+            {
+                "session_id": _SID,
+                "question": "Which files have you read so far?",
+                "answer": "README.md and src/app.py.",
+                "stop": "answered",
+                "turns": 1,
+                "refused": [],
+                "transcript_messages": 4,
+                "provider": "scripted",
+                "model": "scripted",
+                "record": "3f" * 32,
+            },
+        ),
         "cancelSession": ("202", {"recorded": True, "delivered": True, "session_id": _SID}),
         "listBatches": (
             "200",
