@@ -93,3 +93,22 @@ def test_a_delivery_during_a_drain_hands_over_before_its_first_provider_turn(
     assert not [e for e in w.events() if e.type is EventType.ASSISTANT_OUTPUT]
     assert w.script.executed == []
     assert w.leases.holder(w.session_id) is None
+
+
+def test_a_lease_store_down_at_release_does_not_turn_the_handover_into_an_error(
+    tmp_path: Path,
+) -> None:
+    """A Redis restart during a SIGTERM handover (seen in the mixed chaos run): the
+    release raised, the delivery raised, and the session was not delivered again."""
+    w = world([act_turn("a1", "a2"), {"text": "Done."}], tmp_path)
+    drain = threading.Event()
+    w.script.hooks["a1"] = drain.set
+    runner = w.runner(draining=drain.is_set)
+
+    def unreachable(_session_id: str, _owner: str) -> bool:
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    runner.leases.release = unreachable  # type: ignore[method-assign]
+    assert runner.run(w.session_id) is SessionOutcome.HANDED_OVER
+    session = w.ledger.get_session(w.session_id)
+    assert session is not None and session.open_epoch is None, "the ledger's hand-back stands"
