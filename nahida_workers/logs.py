@@ -62,7 +62,11 @@ class ContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message, session_id, run_id, trace_id."""
+    """One JSON object per line: ts, level, logger, message, session_id, run_id, trace_id.
+
+    A record with a ``request`` mapping (``nahida serve``'s request lines)
+    carries it as the ``request`` member.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as one line."""
@@ -75,6 +79,9 @@ class JsonFormatter(logging.Formatter):
             "process": record.process,
             "thread": record.threadName,
         }
+        request = getattr(record, "request", None)
+        if isinstance(request, dict):  # an HTTP request line (api/access_log.py)
+            data["request"] = request
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str, ensure_ascii=False)

@@ -193,6 +193,13 @@ class Settings(BaseSettings):
     metrics_port: int = Field(0, ge=0, le=65535)
     # ``text`` (human) or ``json`` (one object per line with run, session and trace ids).
     log_format: Literal["text", "json"] = "text"
+    # Where the fleet's metrics are read, listed by ``GET /v1/metrics``:
+    # ``,``-separated ``name=url`` pairs (http or https), e.g.
+    # ``flower=http://fleet:5555,session-worker=http://fleet:9101/metrics``.
+    metrics_links: str = ""
+    # Token prices per model (USD per million tokens, docs/operating/usage.md): a
+    # YAML file; when it is absent no cost is shown anywhere (never a made-up price).
+    prices_file: str = "config/prices.yaml"
     # Bearer token of ``nahida serve``; empty = no token, and the server binds 127.0.0.1 only.
     api_token: SecretStr = SecretStr("")
     # Largest request body ``nahida serve`` reads, in bytes.
@@ -349,6 +356,24 @@ class Settings(BaseSettings):
 
         urls = frozenset(u.rstrip("/") for u in items(self.api_allowed_base_urls))
         return items(self.api_allowed_stop_hooks), items(self.api_allowed_key_envs), urls
+
+    @field_validator("metrics_links")
+    @classmethod
+    def _links(cls, value: str) -> str:
+        for item in (v.strip() for v in value.split(",") if v.strip()):
+            name, _, url = item.partition("=")
+            if not name.strip() or not url.strip().startswith(("http://", "https://")):
+                raise ValueError(f"expected name=http(s)://..., not {item[:100]!r}")
+        return value
+
+    @property
+    def metrics_link_pairs(self) -> tuple[tuple[str, str], ...]:
+        """``metrics_links`` as ``(name, url)`` pairs, in order."""
+        pairs = []
+        for item in (v.strip() for v in self.metrics_links.split(",") if v.strip()):
+            name, _, url = item.partition("=")
+            pairs.append((name.strip(), url.strip()))
+        return tuple(pairs)
 
     @property
     def lease_ttl_ms(self) -> int:

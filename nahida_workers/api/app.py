@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, FastAPI
 
+from nahida_workers.api.access_log import RequestLog
 from nahida_workers.api.admission import Admission, AdmissionLimits
 from nahida_workers.api.auth import Auth
+from nahida_workers.api.fleet import fleet_routes
 from nahida_workers.api.follow import follow_routes
 from nahida_workers.api.guard import BodyLimit, install_error_handlers
 from nahida_workers.api.inputs import known_query_only
 from nahida_workers.api.openapi import install_openapi
+from nahida_workers.api.schedules import schedule_routes
 from nahida_workers.api.services import Services
 from nahida_workers.api.sessions import Tools, session_routes
 from nahida_workers.api.side import side_routes
@@ -75,6 +78,7 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(Admission, limits=limits, exempt=UNGATED, is_stream=_is_stream)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     app.add_middleware(Auth, token=settings.api_token.get_secret_value(), open_paths=OPEN_PATHS)
+    app.add_middleware(RequestLog)  # outermost: refusals by the token or the limits are logged too
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -85,6 +89,8 @@ def create_app(services: Services) -> FastAPI:
     session_routes(v1, services, Tools(tools))
     side_routes(v1, services)
     follow_routes(v1, services)
+    schedule_routes(v1, services, Tools(tools))
+    fleet_routes(v1, services)
     app.include_router(v1)
     install_openapi(app, settings, tools)
     app.include_router(web_router(services))

@@ -125,9 +125,16 @@ def follow_routes(v1: APIRouter, services: Any) -> None:
         responses=responses(400, 404),
     )
     def get_batch(batch_id: str) -> dict[str, Any]:
-        """A batch's report: one row per session (state, reason, turns, calls, evidence)."""
+        """A batch's report: one row per session (state, reason, turns, calls, evidence, usage).
+
+        ``usage``: the tokens the providers reported (per row: the session and
+        its child sessions; at the top: the whole batch), with ``cost_usd``
+        when the server has a price table (NAHIDA_PRICES_FILE).
+        """
+        from nahida_workers.spend import prices_of
+
         full = resolve(ledger, "batch", checked_id(batch_id))
-        return batch_report(ledger, full)
+        return batch_report(ledger, full, prices=prices_of(fleet.settings))
 
 
 def _sse(

@@ -131,7 +131,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_body(422, "invalid_input", f"{where}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {
             401: "unauthorized",
             403: "forbidden",
@@ -141,8 +141,12 @@ def install_error_handlers(app: FastAPI) -> None:
             415: "unsupported_media_type",
             422: "invalid_input",
         }.get(exc.status_code, "http_error")
-        # A 405 carries ``Allow`` (RFC 9110 section 15.5.6): keep the exception's headers.
-        return error_body(exc.status_code, code, str(exc.detail), headers=exc.headers)
+        # A 405 carries ``Allow`` (RFC 9110 section 15.5.6): keep the exception's headers,
+        # with every method of the path (Starlette names only its first route's).
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed(request) or headers.get("Allow", "")
+        return error_body(exc.status_code, code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(NahidaError)
     async def _nahida(_request: Request, exc: NahidaError) -> JSONResponse:
@@ -159,6 +163,23 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UnicodeError)
     async def _unicode(_request: Request, exc: UnicodeError) -> JSONResponse:
         return error_body(400, "invalid_text", "input is not valid UTF-8 text")
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route of ``request``'s path answers, as an ``Allow`` value."""
+    from starlette.routing import Match
+
+    # Asked method by method: an included router answers FULL for a method one
+    # of its routes takes (FastAPI's included routers hide their routes).
+    methods = [
+        method
+        for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+    return ", ".join(methods)
 
 
 #: The ``kind`` tags pydantic puts in the location of an error inside a provider.

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from nahida_workers.api.fleet_models import UsageTotals
 from nahida_workers.constants import DEFAULT_PRIORITY, MAX_PRIORITY
 from nahida_workers.core.children import TaskIsolation
 from nahida_workers.core.context import DEFAULT_INSTRUCTION_FILES
@@ -444,17 +445,19 @@ class SessionCreated(BaseModel):
 
 
 class SessionView(BaseModel):
-    """A session, its runs (oldest first) and its child sessions' ids."""
+    """A session, its runs (oldest first), its child sessions' ids and what its runs spent."""
 
     session: SessionRecord
     runs: list[RunRecord]
     children: list[str]
+    usage: UsageTotals
 
 
 class RunView(BaseModel):
-    """A run, every event in order and every receipt."""
+    """A run, every event in order, every receipt, and the tokens its turns reported."""
 
     run: RunRecord
+    usage: UsageTotals
     events: list[Event]
     receipts: list[ExecutionReceipt]
 

@@ -11,8 +11,11 @@ this module adds what the generated one leaves out:
 * the id pattern of path parameters (anything else is a 404);
 * the bearer token (and the login cookie) when ``NAHIDA_API_TOKEN`` is set;
 * links from a created session to what can be done with it, from a session
-  to its runs and from the batch list to a batch (what a client, or
-  schemathesis's stateful phase, follows).
+  to its runs and its tree, from the batch list to a batch, from a created
+  schedule to its actions (what a client, or schemathesis's stateful phase,
+  follows);
+* an example request body and success answer for every operation
+  (:mod:`nahida_workers.api.examples`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from nahida_workers.api.examples import add_examples
 from nahida_workers.api.inputs import RUNTIME_TOOLS
 from nahida_workers.api.models import ID_PATTERN, MAX_ID, ErrorBody
 from nahida_workers.settings import Settings
@@ -31,12 +35,13 @@ from nahida_workers.settings import Settings
 __all__ = ["install_openapi", "responses"]
 
 _DESCRIPTIONS = {
-    400: "Malformed JSON, or a job whose parts disagree (`invalid_request`), or an ambiguous id "
-    "prefix.",
+    400: "Malformed JSON, a job whose parts disagree or a schedule's timing that does not "
+    "hold (`invalid_request`), an ambiguous id prefix, or a `since` that is no period.",
     401: "No token (`unauthorized`) or a wrong one (`invalid_token`).",
     403: "The workspace is outside NAHIDA_API_WORKSPACE_ROOTS.",
-    404: "No such session, run, batch or workspace directory.",
-    409: "The idempotency key was used with another body, or the session is done.",
+    404: "No such session, run, batch, schedule or workspace directory.",
+    409: "The idempotency key was used with another body, the session is done, or the "
+    "schedule name is taken.",
     413: "The body is over NAHIDA_API_MAX_BODY_BYTES.",
     415: "A body that is not `application/json`.",
     422: "A value outside the schema, or a query parameter the route does not declare.",
@@ -96,6 +101,7 @@ def install_openapi(app: FastAPI, settings: Settings, tool_names: Iterable[str])
             _id_parameters(document)
             _security(document, settings)
             _links(document)
+            add_examples(document)
             app.openapi_schema = document
         return app.openapi_schema
 
@@ -196,3 +202,28 @@ def _links(document: dict[str, Any]) -> None:
     paths["/v1/batches"]["get"]["responses"]["200"]["links"] = {
         "getBatch": _link("getBatch", batch_id="$response.body#/batches/0/batch_id"),
     }
+    paths["/v1/sessions/{session_id}"]["get"]["responses"]["200"]["links"]["getSessionTree"] = (
+        _link("getSessionTree", session_id="$response.body#/session/session_id")
+    )
+    named = "$response.body#/name"
+    schedule_links = {
+        op: _link(op, name=named)
+        for op in (
+            "getSchedule",
+            "pauseSchedule",
+            "resumeSchedule",
+            "triggerSchedule",
+            "removeSchedule",
+        )
+    }
+    paths["/v1/schedules"]["post"]["responses"]["201"]["links"] = schedule_links
+    paths["/v1/schedules"]["get"]["responses"]["200"]["links"] = {
+        "getSchedule": _link("getSchedule", name="$response.body#/schedules/0/name"),
+    }
+    paths["/v1/schedules/{name}"]["delete"]["responses"]["200"]["links"] = {
+        "getRemovedSchedule": _link("getRemovedSchedule", name="$response.body#/schedule_id"),
+    }
+    for action in ("pause", "resume"):
+        paths[f"/v1/schedules/{{name}}/{action}"]["post"]["responses"]["200"]["links"] = {
+            "getSchedule": _link("getSchedule", name=named)
+        }

@@ -3,18 +3,33 @@
 Without ``NAHIDA_API_TOKEN`` the server refuses any interface but loopback
 (127.0.0.1, ::1, localhost): an open API on a network would let anyone
 dispatch sessions that run Bash.
+
+On stderr it says its URL, then ``ready`` once the socket is bound and the
+app started; then one line per request (:mod:`~nahida_workers.api.access_log`),
+as JSON objects with ``NAHIDA_LOG_FORMAT=json``.  SIGTERM (and Ctrl-C) stop
+taking connections, let requests in flight finish (open event streams get
+:data:`GRACEFUL_S` seconds), log ``stopped`` and exit: 0 after SIGTERM, 130
+after Ctrl-C.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from nahida_workers.errors import UserError
 from nahida_workers.settings import Settings
 
-__all__ = ["build_app", "run_server"]
+__all__ = ["GRACEFUL_S", "build_app", "run_server", "serve_logging"]
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+#: Seconds open connections (event streams) get to finish after SIGTERM.
+GRACEFUL_S = 5
+
+log = logging.getLogger("nahida.serve")
 
 
 def build_app(settings: Settings):  # type: ignore[no-untyped-def]
@@ -73,19 +88,80 @@ def run_server(
         if path and not Path(path).is_file():
             raise UserError(f"{option} {path}: no such file")
     _check_port(host, port)
+    serve_logging(settings.log_format)
     app = build_app(settings)
     trusted = settings.api_trusted_proxies.strip()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="warning",
-        access_log=False,
+        log_config=None,  # keep this process's handlers (and NAHIDA_LOG_FORMAT)
+        access_log=False,  # our own line per request (api/access_log.py)
         proxy_headers=bool(trusted),
         forwarded_allow_ips=trusted or None,
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
+        timeout_graceful_shutdown=GRACEFUL_S,
     )
+    scheme = "https" if ssl_certfile else "http"
+    shown = f"[{host}]" if ":" in host else host
+    url = f"{scheme}://{shown}:{port}"
+    log.info("nahida serve: %s (API %s/v1, schema %s/openapi.json, web %s/)", url, url, url, url)
+    server = _Server(config, url=url)
+    server.run()
+    log.info("nahida serve: stopped%s", f" ({server.stopped_by})" if server.stopped_by else "")
+
+
+def serve_logging(log_format: str) -> None:
+    """Route ``nahida.serve`` and the request lines to stderr at INFO, as text or JSON.
+
+    Args:
+        log_format: ``NAHIDA_LOG_FORMAT`` (``text`` or ``json``).
+    """
+    import sys
+
+    from nahida_workers.api.access_log import ACCESS_LOGGER
+    from nahida_workers.logs import configure_logging
+
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+    configure_logging(log_format)
+    for name in (ACCESS_LOGGER, log.name):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def _uvicorn_server() -> Any:
+    import uvicorn
+
+    return uvicorn.Server
+
+
+class _Server(_uvicorn_server()):  # type: ignore[misc]
+    """uvicorn's server, saying when it is ready and treating SIGTERM as a clean stop."""
+
+    def __init__(self, config: Any, *, url: str) -> None:
+        super().__init__(config)
+        self.url = url
+        self.stopped_by: str | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        """Bind and start the app; then log the ready line."""
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            log.info("nahida serve: ready at %s", self.url)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """SIGTERM: stop cleanly and exit 0 (uvicorn would re-raise it: death by signal)."""
+        super().handle_exit(sig, frame)
+        name = signal.Signals(sig).name
+        if self.stopped_by is None:
+            self.stopped_by = name
+            log.info("nahida serve: %s received, stopping", name)
+        if sig == signal.SIGTERM:
+            while sig in self._captured_signals:
+                self._captured_signals.remove(sig)
 
 
 def _check_port(host: str, port: int) -> None:

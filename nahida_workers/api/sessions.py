@@ -117,15 +117,24 @@ def _read_routes(v1: APIRouter, services: Any) -> None:
         responses=responses(400, 404),
     )
     def get_session(session_id: str) -> dict[str, Any]:
-        """A session, its runs (oldest first) and its child sessions (a unique prefix will do)."""
+        """A session, its runs (oldest first), its child sessions and its usage (a prefix will do).
+
+        ``usage``: the tokens the providers reported over its runs, with
+        ``cost_usd`` when the server has a price table (NAHIDA_PRICES_FILE);
+        ``GET /v1/sessions/{id}/tree`` has its children's.
+        """
+        from nahida_workers.spend import prices_of, sessions_usage
+
         full = resolve(ledger, "session", checked_id(session_id))
         session = ledger.get_session(full)
         assert session is not None
         children = [s.session_id for s in child_ledger(ledger).children(full)]
+        spent = sessions_usage(ledger, [full], prices_of(services.fleet.settings))[full]
         return {
             "session": session.model_dump(mode="json"),
             "runs": [r.model_dump(mode="json") for r in ledger.runs_of(full)],
             "children": children,
+            "usage": spent.as_json(),
         }
 
     @v1.get(
@@ -135,12 +144,15 @@ def _read_routes(v1: APIRouter, services: Any) -> None:
         responses=responses(400, 404),
     )
     def get_run(run_id: str) -> dict[str, Any]:
-        """A run with every event in order and every receipt."""
+        """A run with every event in order, every receipt, and its usage (tokens, cost)."""
+        from nahida_workers.spend import prices_of, run_usage
+
         full = resolve(ledger, "run", checked_id(run_id))
         run = ledger.get_run(full)
         assert run is not None
         return {
             "run": run.model_dump(mode="json"),
+            "usage": run_usage(ledger, run, prices_of(services.fleet.settings)),
             "events": [e.model_dump(mode="json") for e in ledger.events(full)],
             "receipts": [r.model_dump(mode="json") for r in ledger.receipts(full)],
         }

@@ -178,7 +178,7 @@ def run_batch(options: BatchOptions, settings: Settings, console: Console, err: 
     def work() -> int:
         deferred = _dispatch_all(fleet, specs, options, batch_id, settings)
         if deferred:
-            return _recorded(fleet, batch_id, deferred, settings, console)
+            return _recorded(fleet, batch_id, deferred, settings, err)
         return _wait(
             fleet, batch_id, options, settings, err, consumers=None if options.local else consumers
         )
@@ -221,7 +221,13 @@ def _conclude(
     console: Console,
 ) -> int:
     """Write the report, print the table and the summary; returns the final exit code."""
-    data = _read(settings, lambda: batch_report(fleet.ledger, batch_id, started_at=started))
+    from nahida_workers.spend import prices_of
+
+    prices = prices_of(settings)
+    data = _read(
+        settings,
+        lambda: batch_report(fleet.ledger, batch_id, started_at=started, prices=prices),
+    )
     path = options.report or Path("reports") / f"batch-{batch_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", "utf-8")

@@ -41,7 +41,14 @@ DEFAULT_DB = Path("var/nahida.sqlite3")
 LocalOpt = Annotated[
     bool, typer.Option("--local", help="Embedded mode: SQLite ledger file, in-process workers.")
 ]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --local.")]
+DbOpt = Annotated[
+    Path,
+    typer.Option(
+        "--db",
+        help="SQLite ledger file for --local; its folder must exist (else exit 2), "
+        "unless --create-db is given anywhere on the command line.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (full ids).")]
 PriorityOpt = Annotated[
     int | None,
@@ -91,7 +98,7 @@ def settings_for(local: bool = False, db: Path = DEFAULT_DB, **overrides: Any) -
     from nahida_workers.settings import EMBEDDED_URLS, load_settings
 
     if local:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        _db_folder(db)
         state.local_db = str(db)
         overrides = {**EMBEDDED_URLS, "database_url": f"sqlite:///{db.resolve()}", **overrides}
     settings = load_settings(**overrides)
@@ -99,6 +106,32 @@ def settings_for(local: bool = False, db: Path = DEFAULT_DB, **overrides: Any) -
     state.broker_url = settings.broker_url
     state.redis_url = settings.redis_url
     return settings
+
+
+def _db_folder(db: Path) -> None:
+    """Make the default ledger's folder; refuse another ``--db`` whose folder is missing.
+
+    A typo in ``--db`` silently started an empty ledger elsewhere (issue 25):
+    its folder is created only with ``--create-db`` (:data:`state`
+    ``create_db``, set by ``cli.main``).
+
+    Raises:
+        UserError: the folder of ``db`` does not exist and ``db`` is not the
+            default ``var/nahida.sqlite3`` (exit 2).
+    """
+    from nahida_workers.errors import UserError
+
+    if db.parent.is_dir():
+        return
+    if db != DEFAULT_DB and not state.create_db:
+        raise UserError(
+            f"--db {db}: the folder {db.parent} does not exist; check the path, or pass "
+            "--create-db to start a new ledger there"
+        )
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--db {db}: cannot create {db.parent}: {exc.strerror or exc}") from None
 
 
 def ledger_for(settings: Settings, *, migrate: bool = False) -> SqlLedger:

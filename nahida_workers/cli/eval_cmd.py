@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from nahida_workers.testing.evaluation import EvalReport
+    from nahida_workers.testing.evaluation import EvalReport, EvalRow
 
 __all__ = ["eval_command", "eval_table"]
 
@@ -40,9 +40,15 @@ def eval_table(report: EvalReport) -> Table:
             f"{row.state}/{row.reason}",
             calls,
             verifiers,
-            "ok" if row.ok else "[red]MISMATCH[/red]",
+            _result(row),
         )
     return table
+
+
+def _result(row: EvalRow) -> str:
+    if row.skipped:
+        return f"skipped: {', '.join(row.skipped)} not installed"
+    return "ok" if row.ok else "[red]MISMATCH[/red]"
 
 
 def eval_command(
@@ -58,7 +64,9 @@ def eval_command(
 
     Prints one row per session and a summary line with the completed-without-receipt
     rate and the share of pure questions completed in one provider call.  Exits 0 iff
-    every session ended as expected.
+    every session that ran ended as expected; a session whose script needs a tool
+    this install lacks (pytest, ruff: ``pip install -e '.[dev]'``) is skipped and
+    the summary names the tool.
     """
     from nahida_workers.testing.evaluation import DEFAULT_SET, load_eval_set, run_eval_set
 
@@ -66,5 +74,5 @@ def eval_command(
     report = run_eval_set(cases)
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(eval_table(report))
-    console.print(report.summary(), highlight=False)
+    console.print(report.summary(), highlight=False, markup=False)
     raise typer.Exit(0 if report.ok else 1)

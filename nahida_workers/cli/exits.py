@@ -51,6 +51,8 @@ class CliState:
     broker_url: str | None = None
     redis_url: str | None = None
     local_db: str | None = None
+    #: ``--create-db`` was given: a ``--db`` file's missing folder is created.
+    create_db: bool = False
 
 
 state = CliState()

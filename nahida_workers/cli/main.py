@@ -34,7 +34,7 @@ from nahida_workers.cli.common import (
     print_json,
     settings_for,
 )
-from nahida_workers.cli.exits import ExitCode, classify, print_error
+from nahida_workers.cli.exits import ExitCode, classify, print_error, state
 from nahida_workers.cli.memory_cmds import memory_app
 from nahida_workers.cli.schedule_cmds import schedule_app
 from nahida_workers.cli.team_cmds import team_app
@@ -52,7 +52,8 @@ app = typer.Typer(
     help="Run LLM agent sessions durably: one session per repository, on a Celery fleet or "
     "embedded (--local).  Exit codes: 0 ok, 1 a session did not complete, 2 usage or input "
     "error, 3 database/broker/Redis unreachable, 4 recorded but not yet delivered (broker "
-    "down), 5 batch --timeout, 130 interrupted.",
+    "down), 5 batch --timeout, 130 interrupted.  Anywhere on the command line: --debug shows "
+    "tracebacks, --create-db lets --db name a file in a folder that does not exist yet.",
 )
 runs_app = typer.Typer(no_args_is_help=True, help="Inspect runs.")
 app.add_typer(runs_app, name="runs")
@@ -184,6 +185,12 @@ def mock_llm(
     server.run_forever()
 
 
+def _utcnow() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
 def _no_schema_yet(exc: BaseException) -> bool:
     text = str(getattr(exc, "orig", None) or exc)
     return "no such table" in text
@@ -204,19 +211,31 @@ def status(
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
+    since: Annotated[
+        str,
+        typer.Option(
+            help="Without BATCH_ID: total the tokens (and cost) per job of the runs started "
+            "in this period (30m, 24h, 7d) or since this ISO date/time.",
+        ),
+    ] = "24h",
 ) -> None:
     """List batches with their sessions' progress, or show the sessions of one batch.
 
-    Without BATCH_ID: every batch (sessions, done, by state) and the sessions
-    of the newest one.
+    Without BATCH_ID: every batch (sessions, done, by state), the sessions of
+    the newest one, and what the fleet spent per job over ``--since``
+    (tokens; a cost with a price table, NAHIDA_PRICES_FILE).
     """
     from nahida_workers.cli import render
     from nahida_workers.cli.ids import resolve
     from nahida_workers.cli.report import batch_report
     from nahida_workers.errors import LedgerUnavailableError
+    from nahida_workers.spend import jobs_usage, parse_since, prices_of
 
-    ledger = ledger_for(settings_for(local, db))
+    settings = settings_for(local, db)
+    ledger = ledger_for(settings)
+    prices = prices_of(settings)
     if batch_id is None:
+        start = parse_since(since, now=_utcnow())
         try:
             rows = render.batches_rows(ledger)
         except LedgerUnavailableError as exc:
@@ -229,20 +248,23 @@ def status(
             if not (local and _no_schema_yet(exc)):
                 raise
             memory = {}
+        spent = jobs_usage(ledger, since=start, table=prices) if rows else None
         if as_json:
-            print_json({"batches": rows, "memory": memory})
+            print_json({"batches": rows, "memory": memory, "usage": spent})
             return
         if not rows:
             out().print(f"no batches yet{f' in {db}' if local else ''}")
             return
         out().print(render.batches_table(rows))
-        newest = batch_report(ledger, rows[0]["batch_id"])
+        newest = batch_report(ledger, rows[0]["batch_id"], prices=prices)
         out().print(render.batch_table(newest, width=out().width))
         if any(memory.values()):
             out().print("memory: " + ", ".join(f"{k} {v}" for k, v in memory.items()))
+        if spent is not None:
+            out().print(render.jobs_usage_table(spent, since_text=since))
         return
     full = resolve(ledger, "batch", batch_id)
-    data = batch_report(ledger, full)
+    data = batch_report(ledger, full, prices=prices)
     if as_json:
         print_json(data)
         return
@@ -279,7 +301,11 @@ def runs_show(
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print every event of a run in order, tool calls with their receipts.
+    """Print every event of a run in order, tool calls with their receipts, then its usage.
+
+    The last line totals the tokens the provider reported over the run's
+    turns (input, cached, output) and, with a price table
+    (NAHIDA_PRICES_FILE), the cost (``--json``: ``usage``).
 
     A Task call is followed by its child session and the child's state
     (``--json``: ``children``, call id -> the child's full id, status, state).
@@ -287,17 +313,21 @@ def runs_show(
     from nahida_workers.cli import render
     from nahida_workers.cli.ids import resolve
     from nahida_workers.cli.tree import call_children
+    from nahida_workers.spend import prices_of, run_usage, usage_line
 
-    ledger = ledger_for(settings_for(local, db))
+    settings = settings_for(local, db)
+    ledger = ledger_for(settings)
     full = resolve(ledger, "run", run_id)
     run = ledger.get_run(full)
     assert run is not None  # resolve found it
     events, receipts = ledger.events(full), ledger.receipts(full)
     children = call_children(ledger, run, receipts)
+    usage = run_usage(ledger, run, prices_of(settings))
     if as_json:
         print_json(
             {
                 "run": run.model_dump(mode="json"),
+                "usage": usage,
                 "events": [e.model_dump(mode="json") for e in events],
                 "receipts": [r.model_dump(mode="json") for r in receipts],
                 "children": children,
@@ -305,6 +335,7 @@ def runs_show(
         )
         return
     render.print_run(out(), run, events, receipts, children)
+    out().print(usage_line(usage), markup=False)
 
 
 @app.command()
@@ -451,7 +482,9 @@ def main() -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     argv = sys.argv[1:]
     debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    # ``--create-db``, like ``--debug``, is taken anywhere on the command line.
+    state.create_db = "--create-db" in argv
+    argv = [a for a in argv if a not in ("--debug", "--create-db")]
     bad = _argv_errors(argv)
     if bad is not None:
         print_error(bad)

@@ -76,7 +76,11 @@ def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
         ("runs", lambda r: str(r["runs"]), _NUM, 110),
         ("queued s", lambda r: seconds(r["queued_seconds"]), _NUM, 120),
         ("latest run", lambda r: short[r["run_id"]] if r["run_id"] else "-", _ID, 0),
+        ("tokens in", lambda r: _tokens(r, "input_tokens"), _NUM, 140),
+        ("out", lambda r: _tokens(r, "output_tokens"), _NUM, 140),
     ]
+    if report.get("usage", {}).get("cost_usd") is not None:  # a price table: a cost column
+        columns.append(("cost $", lambda r: f"{r['usage']['cost_usd']:.4f}", _NUM, 140))
     shown = [c for c in columns if width is None or width >= c[3]]
     title = f"batch {report['batch_id']} ({report.get('job')})"
     if report.get("schedule"):
@@ -87,6 +91,11 @@ def batch_table(report: dict[str, Any], *, width: int | None = None) -> Table:
     for row in rows:
         table.add_row(*(cell(row) for _header, cell, _options, _min in shown))
     return table
+
+
+def _tokens(row: dict[str, Any], key: str) -> str:
+    usage = row.get("usage")
+    return f"{usage[key]:,}" if usage else "-"
 
 
 _ID: dict[str, Any] = {"no_wrap": True, "min_width": 10}
@@ -155,6 +164,43 @@ def batches_table(rows: Sequence[dict[str, Any]]) -> Table:
             str(row["sessions"]),
             str(row["done"]),
         )
+    return table
+
+
+def jobs_usage_table(report: dict[str, Any], *, since_text: str) -> Table:
+    """What the fleet spent per job (:func:`nahida_workers.spend.jobs_usage`): a row each, a total.
+
+    A cost column only with a price table; ``?`` where a job has a turn of
+    a model the table does not price.
+    """
+    table = Table(title=escape(f"spent per job, runs started in the last {since_text}"))
+    headers = ["job", "sessions", "runs", "turns", "tokens in", "cached", "out"]
+    priced = report["priced"]
+    if priced:
+        headers.append("cost $")
+    for header in headers:
+        table.add_column(header, overflow="fold", **({} if header == "job" else _NUM))
+
+    def cells(name: str, row: dict[str, Any]) -> list[str]:
+        shown = [
+            escape(name),
+            str(row.get("sessions", "")),
+            str(row.get("runs", "")),
+            f"{row['turns']:,}",
+            f"{row['input_tokens']:,}",
+            f"{row['cached_tokens']:,}",
+            f"{row['output_tokens']:,}",
+        ]
+        if priced:
+            shown.append("?" if row["cost_usd"] is None else f"{row['cost_usd']:.4f}")
+        return shown
+
+    for row in report["jobs"]:
+        table.add_row(*cells(row["job"], row))
+    total = report["total"]
+    sessions = sum(r["sessions"] for r in report["jobs"])
+    runs = sum(r["runs"] for r in report["jobs"])
+    table.add_row(*cells("total", {**total, "sessions": sessions, "runs": runs}), style="bold")
     return table
 
 
@@ -252,6 +298,10 @@ def summary_sentence(report: dict[str, Any]) -> str:
     parts = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda i: -i[1]))
     noun = "session" if total == 1 else "sessions"
     sentence = f"batch {report['batch_id']}: {total} {noun}" + (f": {parts}." if parts else ".")
+    if report.get("usage"):
+        from nahida_workers.spend import usage_line
+
+        sentence += f" {usage_line(report['usage']).capitalize()}."
     unsandboxed = report.get("unsandboxed_sessions") or 0
     if unsandboxed:
         sentence += (

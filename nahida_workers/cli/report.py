@@ -15,6 +15,7 @@ from nahida_workers.core.events import Event, EventType
 from nahida_workers.core.records import SessionRecord
 
 if TYPE_CHECKING:
+    from nahida_workers.core.usage import PriceTable
     from nahida_workers.ports import LedgerReader
 
 __all__ = ["batch_report", "session_row"]
@@ -96,24 +97,47 @@ def _queued_seconds(events: list[Event], started_at: datetime) -> float | None:
 
 
 def batch_report(
-    ledger: LedgerReader, batch_id: str, *, started_at: datetime | None = None
+    ledger: LedgerReader,
+    batch_id: str,
+    *,
+    started_at: datetime | None = None,
+    prices: PriceTable | None = None,
 ) -> dict[str, Any]:
     """The JSON report of a batch: its top-level sessions in dispatch order plus a summary.
 
     Child sessions (Task calls, DESIGN.md section 8) share their parent's
     batch id; they are not rows of their own: each row's ``children`` lists
     its direct children's ids (``nahida tree SESSION_ID`` shows the tree).
+
+    ``usage`` (each row's: its session and the child sessions under it; the
+    report's: every session of the batch) is the tokens the providers
+    reported, with a cost when ``prices`` is given (:mod:`nahida_workers.spend`).
     """
+    from nahida_workers.core.usage import UsageTally
+    from nahida_workers.spend import sessions_usage
+
     batch = ledger.get_batch(batch_id)
     every = ledger.sessions(batch_id=batch_id)
     kids: dict[str, list[str]] = {}
     for s in every:
         if s.parent_id is not None:
             kids.setdefault(s.parent_id, []).append(s.session_id)
+    spent = sessions_usage(ledger, [s.session_id for s in every], prices)
+
+    def subtree(session_id: str) -> UsageTally:
+        own = spent.get(session_id) or UsageTally(prices)
+        return own.merge(subtree(kid) for kid in kids.get(session_id, []))
+
     rows = []
     for s in every:
         if s.parent_id is None:
-            rows.append({**session_row(ledger, s), "children": kids.get(s.session_id, [])})
+            rows.append(
+                {
+                    **session_row(ledger, s),
+                    "children": kids.get(s.session_id, []),
+                    "usage": subtree(s.session_id).as_json(),
+                }
+            )
     counts = Counter(r["terminal_state"] or r["status"] for r in rows)
     return {
         "batch_id": batch_id,
@@ -125,5 +149,6 @@ def batch_report(
         "summary": dict(sorted(counts.items())),
         "all_completed": bool(rows) and all(r["terminal_state"] == "completed" for r in rows),
         "unsandboxed_sessions": sum(1 for r in rows if r["unsandboxed_calls"]),
+        "usage": UsageTally(prices).merge(spent.values()).as_json(),
         "sessions": rows,
     }

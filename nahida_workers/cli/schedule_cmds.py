@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nahida_workers.cli.common import MaxRunningOpt, PriorityOpt
+from nahida_workers.cli.common import DEFAULT_DB, DbOpt, MaxRunningOpt, PriorityOpt
 
 if TYPE_CHECKING:
     from nahida_workers.schedules.model import FireRecord, Schedule
@@ -64,11 +64,9 @@ schedule_app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
-DEFAULT_DB = Path("var/nahida.sqlite3")
 LocalOpt = Annotated[
     bool, typer.Option("--local", help="Embedded mode: SQLite ledger file, in-process workers.")
 ]
-DbOpt = Annotated[Path, typer.Option("--db", help="SQLite ledger file for --local.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 NameArg = Annotated[str, typer.Argument(help="Schedule name (or a unique prefix of its id).")]
 
@@ -91,18 +89,10 @@ def _store(settings: "Settings") -> "SqlScheduleStore":
     return SqlScheduleStore(engine)
 
 
-def _find(store: "SqlScheduleStore", ref: str) -> "Schedule":
-    from nahida_workers.errors import NotFoundError, UserError
+def _find(store: "SqlScheduleStore", ref: str, *, removed: bool = False) -> "Schedule":
+    from nahida_workers.schedules.views import find_schedule
 
-    found = store.get(ref)
-    if found is not None:
-        return found
-    matches = [s for s in store.live() if s.schedule_id.startswith(ref)]
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise UserError(f"{ref!r} is the prefix of {len(matches)} schedule ids; give more")
-    raise NotFoundError(f"no schedule {ref}")
+    return find_schedule(store, ref, removed=removed)
 
 
 def _scheduler(settings: "Settings") -> tuple["Scheduler", Any]:
@@ -117,39 +107,23 @@ def _scheduler(settings: "Settings") -> tuple["Scheduler", Any]:
 
 
 def _next(schedule: "Schedule", now: datetime) -> datetime | None:
-    from nahida_workers.schedules.timing import jitter_offset, next_fire
+    from nahida_workers.schedules.views import next_fire_of
 
-    if schedule.paused:
-        return None
-    fire = next_fire(schedule.definition, max(schedule.cursor, now))
-    return fire + jitter_offset(schedule.schedule_id, fire, schedule.definition.jitter_s)
+    return next_fire_of(schedule, now)
 
 
 def _fire_json(fire: "FireRecord") -> dict[str, Any]:
-    data = fire.model_dump(mode="json")
-    data["fire_time"] = iso(fire.fire_time)
-    return data
+    from nahida_workers.schedules.views import fire_json
+
+    return fire_json(fire)
 
 
 def _schedule_json(
     schedule: "Schedule", fires: "list[FireRecord]", now: datetime
 ) -> dict[str, Any]:
-    upcoming = _next(schedule, now)
-    last = fires[0] if fires else None
-    return {
-        "name": schedule.name,
-        "schedule_id": schedule.schedule_id,
-        "state": "paused" if schedule.paused else "active",
-        "trigger": schedule.definition.trigger_text(),
-        "next_fire": iso(upcoming) if upcoming else None,
-        "last_fire": _fire_json(last) if last else None,
-        "definition": schedule.definition.model_dump(mode="json", exclude={"job"}),
-        "job": schedule.definition.job.get("name"),
-        "cursor": iso(schedule.cursor),
-        "version": schedule.version,
-        "created_at": schedule.created_at.isoformat(),
-        "updated_at": schedule.updated_at.isoformat(),
-    }
+    from nahida_workers.schedules.views import schedule_json
+
+    return schedule_json(schedule, fires, now)
 
 
 @schedule_app.command("add")
@@ -243,12 +217,23 @@ def apply(
         console.print(f"{row['change']:<9} {escape(row['name'])}  {row['schedule_id']}")
 
 
+RemovedOpt = Annotated[
+    bool, typer.Option("--removed", help="Removed schedules (their fires stay in the ledger).")
+]
+
+
 @schedule_app.command("list")
-def list_(local: LocalOpt = False, db: DbOpt = DEFAULT_DB, as_json: JsonOpt = False) -> None:
-    """Every schedule: state, trigger, last fire and its outcome, next fire."""
+def list_(
+    local: LocalOpt = False,
+    db: DbOpt = DEFAULT_DB,
+    as_json: JsonOpt = False,
+    removed: RemovedOpt = False,
+) -> None:
+    """Every schedule: state, trigger, last fire and its outcome, next fire (--removed: those)."""
     store = _store(_settings(local, db))
     now = _now()
-    rows = [_schedule_json(s, store.fires(s.schedule_id, limit=1), now) for s in store.live()]
+    schedules = store.removed() if removed else store.live()
+    rows = [_schedule_json(s, store.fires(s.schedule_id, limit=1), now) for s in schedules]
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -276,13 +261,27 @@ def show(
     local: LocalOpt = False,
     db: DbOpt = DEFAULT_DB,
     as_json: JsonOpt = False,
+    removed: Annotated[
+        bool,
+        typer.Option(
+            "--removed",
+            help="A removed schedule (by name: the latest removed under it; or by id) "
+            "and its fires.",
+        ),
+    ] = False,
 ) -> None:
-    """A schedule and its newest fires: each decision, its batch, who decided it."""
-    store = _store(_settings(local, db))
-    schedule = _find(store, name)
+    """A schedule and its newest fires: each decision, its batch, who decided it, its tokens."""
+    from nahida_workers.cli.common import ledger_for
+    from nahida_workers.schedules.views import fires_with_usage
+    from nahida_workers.spend import prices_of
+
+    settings = _settings(local, db)
+    store = _store(settings)
+    schedule = _find(store, name, removed=removed)
     history = store.fires(schedule.schedule_id, limit=fires)
     data = _schedule_json(schedule, history, _now())
-    data["fires"] = [_fire_json(f) for f in history]
+    prices = prices_of(settings)
+    data["fires"] = fires_with_usage(ledger_for(settings), history, prices)
     if as_json:
         console.print_json(json.dumps(data, default=str))
         return
@@ -296,11 +295,15 @@ def show(
         f"  next fire {data['next_fire'] or '-'}"
     )
     table = Table(title=f"fires (newest {fires})")
-    for column in ("fire time", "kind", "outcome", "batch id", "late s", "decided by", "detail"):
+    columns = ["fire time", "kind", "outcome", "batch id", "late s", "decided by", "detail"]
+    columns += ["tokens in", "out"] + (["cost $"] if prices is not None else [])
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for fire in history:
+    for fire, shown in zip(history, data["fires"], strict=True):
         detail = {k: v for k, v in fire.detail.items() if k != "late_s"}
-        table.add_row(
+        usage = shown["usage"] or {}
+        cost = usage.get("cost_usd")
+        cells = [
             iso(fire.fire_time),
             fire.kind.value,
             fire.outcome.value,
@@ -308,7 +311,12 @@ def show(
             str(fire.detail.get("late_s", "-")),
             escape(fire.decided_by),
             escape(json.dumps(detail)) if detail else "",
-        )
+            f"{usage['input_tokens']:,}" if usage else "-",
+            f"{usage['output_tokens']:,}" if usage else "-",
+        ]
+        if prices is not None:  # a cost column only with a price table
+            cells.append("?" if cost is None else f"{cost:.4f}")
+        table.add_row(*cells)
     console.print(table)
 
 
@@ -395,8 +403,9 @@ def _recorded(
         "unreachable; celery beat's sweeper publishes them). Do not repeat it: follow it "
         f"with `nahida status {batch_id}`."
     )
-    # With --json the JSON document is stdout; the sentence goes to stderr.
-    (err if quiet else console).print(line, markup=False, soft_wrap=True)
+    # On stderr, as every command's "recorded; will be delivered" notice
+    # (with --json the JSON document alone is stdout).
+    err.print(line, markup=False, soft_wrap=True)
     return typer.Exit(ExitCode.RECORDED)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nahida_workers.cli.common import out, settings_for
+from nahida_workers.cli.common import err, out, settings_for
 from nahida_workers.cli.exits import ExitCode, is_delivery_failure, one_line, print_error
 
 __all__ = ["cancel", "follow", "steer", "watch"]
@@ -226,7 +226,8 @@ def _recorded(what: str, exc: BaseException) -> typer.Exit:
     """The ledger holds ``what``; the broker or Redis failed after: say so, exit 4."""
     from nahida_workers.cli.exits import classify
 
-    out().print(
+    # On stderr, as every command's "recorded; will be delivered" notice.
+    err().print(
         f"{what}: recorded; will be delivered when the broker is back "
         f"(do not repeat it) -- {one_line(classify(exc)[1].removeprefix('error: '))}",
         markup=False,

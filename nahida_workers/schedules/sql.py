@@ -207,6 +207,16 @@ class SqlScheduleStore:
             ).all()
         return [_schedule(r) for r in rows]
 
+    def removed(self) -> list[Schedule]:
+        """See :meth:`ScheduleStore.removed`."""
+        with self._tx() as conn:
+            rows = conn.execute(
+                select(t.schedules)
+                .where(t.schedules.c.removed_at.is_not(None))
+                .order_by(t.schedules.c.removed_at.desc(), t.schedules.c.schedule_id.desc())
+            ).all()
+        return [_schedule(r) for r in rows]
+
     def set_paused(self, name: str, paused: bool, *, at: datetime) -> Schedule:
         """See :meth:`ScheduleStore.set_paused`."""
         with self._tx() as conn:

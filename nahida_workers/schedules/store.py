@@ -74,6 +74,10 @@ class ScheduleStore(Protocol):
         """Schedules not removed, by name."""
         ...
 
+    def removed(self) -> list[Schedule]:
+        """Removed schedules (their fires stay in the ledger), the latest removal first."""
+        ...
+
     def set_paused(self, name: str, paused: bool, *, at: datetime) -> Schedule:
         """Pause or resume.
 
@@ -258,6 +262,12 @@ class MemoryScheduleStore:
         with self._lock:
             found = [s for s in self._schedules.values() if s.removed_at is None]
         return sorted(found, key=lambda s: s.name)
+
+    def removed(self) -> list[Schedule]:
+        """See :meth:`ScheduleStore.removed`."""
+        with self._lock:
+            found = [s for s in self._schedules.values() if s.removed_at is not None]
+        return sorted(found, key=lambda s: (s.removed_at, s.schedule_id), reverse=True)
 
     def set_paused(self, name: str, paused: bool, *, at: datetime) -> Schedule:
         """See :meth:`ScheduleStore.set_paused`."""

@@ -30,10 +30,19 @@ Two rates summarise the set:
 In a script, ``{python}`` stands for this interpreter and ``{pytest}`` for
 pytest run by it without plugins or ``.pyc`` files (fast, and no stale
 bytecode after an Edit that keeps a file's size).
+
+A case whose script runs a tool this interpreter cannot import (``{pytest}``,
+``{python} -m ruff``: the ``dev`` extra, which the README's first install
+``pip install -e .`` leaves out) is not run: its row is ``skipped`` and
+names the missing tool (:func:`missing_tools`), instead of ending
+``failed/provider_error`` for want of it.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
 import shlex
 import sys
 import tempfile
@@ -86,6 +95,7 @@ __all__ = [
     "EvalRow",
     "FollowUp",
     "load_eval_set",
+    "missing_tools",
     "run_case",
     "run_eval_set",
     "unbacked_claims",
@@ -127,6 +137,12 @@ _PLACEHOLDERS = {
     "{pytest}": f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {_PYTHON} -B -m pytest -q -p no:cacheprovider",
     "{python}": _PYTHON,
 }
+
+
+#: Placeholders that run a tool, and the module it needs.
+_TOOL_PLACEHOLDERS = {"{pytest}": "pytest"}
+#: ``{python} -m MODULE`` in a script: MODULE must be importable.
+_MODULE_RUN = re.compile(r"\{python\}\s+-m\s+([A-Za-z_][\w]*)")
 
 
 class _Model(BaseModel):
@@ -231,6 +247,21 @@ def _expand(value: Any) -> Any:
     return value
 
 
+def missing_tools(case: EvalCase) -> tuple[str, ...]:
+    """The tools the case's scripts run that this interpreter cannot import, sorted.
+
+    A tool is needed when a script holds ``{pytest}`` (pytest) or
+    ``{python} -m NAME`` (the top-level module NAME).
+    """
+    turns: list[Any] = list(case.turns)
+    if case.follow_up is not None:
+        turns += list(case.follow_up.turns)
+    text = json.dumps(turns, default=str)
+    needed = {module for mark, module in _TOOL_PLACEHOLDERS.items() if mark in text}
+    needed |= set(_MODULE_RUN.findall(text))
+    return tuple(sorted(m for m in needed if importlib.util.find_spec(m) is None))
+
+
 def load_eval_set(path: str | Path = DEFAULT_SET) -> list[EvalCase]:
     """The sessions of a set file (a YAML list, or a mapping with ``sessions:``).
 
@@ -297,6 +328,8 @@ class EvalRow:
         answer: the text of the last provider turn.
         claimed / unbacked: actions the answer claims, and those no receipt backs.
         verifiers: the verifier sessions the session started.
+        skipped: the tools it needs and this interpreter lacks (not run); empty
+            when it ran.
     """
 
     case: EvalCase
@@ -307,6 +340,7 @@ class EvalRow:
     claimed: frozenset[Claim]
     unbacked: frozenset[Claim]
     verifiers: int = 0
+    skipped: tuple[str, ...] = ()
 
     @property
     def calls_ok(self) -> bool:
@@ -320,9 +354,9 @@ class EvalRow:
 
     @property
     def ok(self) -> bool:
-        """State, reason, provider calls and verifiers are what the case expects."""
+        """State, reason, calls and verifiers are what the case expects (never if skipped)."""
         expect = self.case.expect
-        return (
+        return not self.skipped and (
             (self.state, self.reason) == (expect.state.value, expect.reason.value)
             and self.calls_ok
             and self.verifiers_ok
@@ -337,8 +371,13 @@ class EvalReport:
 
     @property
     def ok(self) -> bool:
-        """Every row matches its expectation."""
-        return all(row.ok for row in self.rows)
+        """Every row that ran matches its expectation (skipped rows are named, not failed)."""
+        return all(row.ok or row.skipped for row in self.rows)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """The missing tools that made rows skip, sorted."""
+        return tuple(sorted({tool for row in self.rows for tool in row.skipped}))
 
     @property
     def completed_without_receipt(self) -> tuple[int, int]:
@@ -349,17 +388,24 @@ class EvalReport:
     @property
     def question_one_call(self) -> tuple[int, int]:
         """``(completed in one provider call, total)`` over the pure questions."""
-        questions = [r for r in self.rows if r.case.category == "question"]
+        questions = [r for r in self.rows if r.case.category == "question" and not r.skipped]
         done = sum(1 for r in questions if r.state == "completed" and r.calls == 1)
         return done, len(questions)
 
     def summary(self) -> str:
-        """One line: matches, the completed-without-receipt rate, the one-call rate."""
+        """One line: matches, skipped rows and why, the two rates."""
         matched = sum(1 for r in self.rows if r.ok)
+        ran = sum(1 for r in self.rows if not r.skipped)
         bad, claiming = self.completed_without_receipt
         one, questions = self.question_one_call
+        skipped = ""
+        if ran < len(self.rows):
+            skipped = (
+                f"{len(self.rows) - ran} skipped: {', '.join(self.skipped)} not installed "
+                "(pip install -e '.[dev]'); "
+            )
         return (
-            f"{matched}/{len(self.rows)} sessions match; "
+            f"{matched}/{ran} sessions match; {skipped}"
             f"completed-without-receipt rate {_rate(bad, claiming)} ({bad}/{claiming}); "
             f"pure questions completed in one call {_rate(one, questions)} ({one}/{questions})"
         )
@@ -394,7 +440,22 @@ def _pump(runner: SessionRunner, queue: ListTaskQueue) -> None:
 
 
 def run_case(case: EvalCase, workspace: Path, *, settings: Settings | None = None) -> EvalRow:
-    """Run one session on ``workspace`` (created, filled with the case's files)."""
+    """Run one session on ``workspace`` (created, filled with the case's files).
+
+    A case needing a tool this interpreter lacks is not run (:func:`missing_tools`).
+    """
+    missing = missing_tools(case)
+    if missing:
+        return EvalRow(
+            case=case,
+            state="skipped",
+            reason="needs " + ", ".join(missing),
+            calls=0,
+            answer="",
+            claimed=frozenset(),
+            unbacked=frozenset(),
+            skipped=missing,
+        )
     settings = settings or Settings(_env_file=None, extra_tools=list(TEST_TOOL_PATHS))
     _prepare(case, workspace)
     runner = memory_runner(registry_for=lambda spec: registry_for(spec, settings))

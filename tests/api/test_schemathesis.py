@@ -8,15 +8,18 @@ Settings, chosen so the run takes well under a minute on the shared machine:
 
 * ``--seed 20`` and ``--max-examples 8`` (fuzzing, and per stateful step
   generation): the same cases every run;
-* the coverage phase runs on every operation but ``POST /v1/sessions``, whose
-  job schema makes it tens of thousands of cases (minutes); fuzzing and the
-  stateful phase do cover it.  The full coverage run is one command in
-  docs/api.md;
-* ``POST /v1/sessions`` may answer a schema-valid job with 400: a job's parts
-  can disagree in ways JSON Schema cannot say (a scripted turn calling a tool
-  the job does not offer, ``Task`` without ``agents``).  The test still
-  requires that schema-valid jobs create sessions (201), so the schema
-  describes jobs the server takes;
+* the coverage phase runs on every operation but ``POST /v1/sessions``,
+  ``POST /v1/schedules`` and ``POST /v1/schedules/apply``, whose job schema
+  makes it tens of thousands of cases (minutes); fuzzing and the stateful
+  phase do cover them.  The full coverage run is one command in docs/api.md;
+* ``POST /v1/sessions`` and the schedule writes may answer a schema-valid
+  body with 400: a job's parts can disagree in ways JSON Schema cannot say (a
+  scripted turn calling a tool the job does not offer, ``Task`` without
+  ``agents``), and so can a schedule's timing (a cron expression, a time
+  zone, a period shorter than beat's tick); ``GET /v1/usage`` answers a
+  ``since`` that is no period nor ISO time with 400.  The test still requires
+  that schema-valid jobs create sessions (201), so the schema describes jobs
+  the server takes;
 * ``NAHIDA_API_MAX_FOLLOW_S=0.5``: an event stream of a session no worker
   runs ends after its ``timeout`` (the schema states the bound);
 * the token is set, so the ``ignored_auth`` check has something to check;
@@ -52,15 +55,42 @@ seed = 20
 [generation]
 max-examples = 8
 
+[checks.negative_data_rejection]
+# 413: a body generated past NAHIDA_API_MAX_BODY_BYTES is refused before it is
+# read (every route documents it).
+expected-statuses = [
+    "400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx",
+]
+
 [auth.openapi.bearer]
 bearer = "{token}"
 
 [[operations]]
 include-operation-id = "createSession"
 phases.coverage.enabled = false
+# More jobs than the other operations get: the test counts the sessions they create.
+generation.max-examples = 16
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx",
 ]
+
+[[operations]]
+include-operation-id = "createSchedule"
+phases.coverage.enabled = false
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "3xx", "400", "401", "403", "404", "409", "5xx",
+]
+
+[[operations]]
+include-operation-id = "applySchedules"
+phases.coverage.enabled = false
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "3xx", "400", "401", "403", "404", "5xx",
+]
+
+[[operations]]
+include-operation-id = "getUsage"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "5xx"]
 
 # A side question is answered by the session's provider within the request: a
 # generated script's `ask` turns may fail or run out, a documented 502.

@@ -201,8 +201,9 @@ def test_steer_with_the_broker_down_says_recorded_and_exits_4_and_cancel_needs_n
         env=env,
     )
     assert steered.code == 4, steered.output
-    assert "recorded; will be delivered when the broker is back" in steered.stdout
-    assert len(steered.stdout.strip().splitlines()) == 1, steered.stdout  # never wrapped
+    assert "recorded; will be delivered when the broker is back" in steered.stderr
+    assert len(steered.stderr.strip().splitlines()) == 1, steered.stderr  # never wrapped
+    assert steered.stdout == ""  # the notice is on stderr, as batch and trigger say it
     assert "Traceback" not in steered.output
     pending = postgres_ledger.inbox(session_id, statuses=[InboxStatus.PENDING])
     assert [(m.message_id, m.text) for m in pending] == [("m-1", "also check [docs]")]
@@ -228,11 +229,12 @@ def test_a_batch_with_the_broker_down_records_every_session_and_exits_4(
         args += ["--repo", str(repo)]
     done = nahida(args, cwd=tmp_path, env=_broker_down_env(postgres_url, redis_server))
     assert done.code == 4, done.output
-    assert "3 session(s) recorded; will be delivered when the broker is back" in done.stdout
+    assert "3 session(s) recorded; will be delivered when the broker is back" in done.stderr
+    assert "recorded" not in done.stdout  # one stream for the notice: stderr
     assert any(
         "recorded; will be delivered" in line and "nahida status" in line
-        for line in done.stdout.splitlines()
-    ), done.stdout  # the whole sentence on one line, never wrapped
+        for line in done.stderr.splitlines()
+    ), done.stderr  # the whole sentence on one line, never wrapped
     assert "Traceback" not in done.output
     assert len(postgres_ledger.sessions()) == 3
     assert len(postgres_ledger.pending_outbox()) == 3
@@ -254,8 +256,9 @@ def test_a_schedule_trigger_with_the_broker_down_says_recorded_and_exits_4(
     assert added.code == 0, added.output
     done = nahida(["schedule", "trigger", "nightly"], cwd=tmp_path, env=env)
     assert done.code == 4, done.output
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one sentence, never wrapped
+    assert done.stdout == "", done.output
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # one sentence, never wrapped, on stderr
     assert "recorded; will be delivered when the broker is back" in lines[0]
     assert "Do not repeat it" in lines[0] and "NAHIDA_BROKER_URL" in lines[0]
     assert "Traceback" not in done.output and "WARNING" not in done.stderr, done.output

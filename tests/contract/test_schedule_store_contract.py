@@ -124,6 +124,9 @@ def test_live_pause_resume_remove(store: ScheduleStore) -> None:
     assert store.get("a") is None and store.get_by_id("sa") is not None
     again, change = store.put(definition("a"), schedule_id="sa2", at=at(40))  # name is free again
     assert change is Change.CREATED and again.schedule_id == "sa2"
+    assert [(s.schedule_id, s.removed_at) for s in store.removed()] == [("sa", at(30))]
+    store.remove("a", at=at(50))
+    assert [s.schedule_id for s in store.removed()] == ["sa2", "sa"]  # the latest removal first
     with pytest.raises(NotFoundError):
         store.set_paused("zzz", True, at=T0)
     with pytest.raises(NotFoundError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +141,44 @@ def test_a_script_call_of_an_unknown_tool_is_refused_wherever_the_script_is() ->
     )
     ok = models.JobIn.model_validate_json(json.dumps({**FULL, "tools": ["Read"]}), strict=True)
     check_tool_names(ok, registered)  # Read in a turn, Task and a StructuredOutput are callable
+
+
+def test_every_operation_has_an_example_request_and_answer(tmp_path: Path) -> None:
+    """Issue 25: every /v1 route in the schema with examples, and each example fits its schema."""
+    import jsonschema
+    from fastapi.testclient import TestClient
+
+    from nahida_workers.api.app import create_app
+    from nahida_workers.api.examples import REQUESTS
+    from nahida_workers.api.services import Services
+    from nahida_workers.runtime.wiring import build_fleet
+    from nahida_workers.settings import Settings
+    from nahida_workers.testing import ListTaskQueue
+
+    settings = Settings(_env_file=None, database_url=f"sqlite:///{tmp_path / 'l.sqlite3'}")
+    app = create_app(Services(fleet=build_fleet(settings, ListTaskQueue()), redis=None))
+    document = TestClient(app).app.openapi()  # type: ignore[attr-defined]
+    components = {"components": document["components"]}
+    operations = [
+        op
+        for path, item in document["paths"].items()
+        if path.startswith("/v1/")
+        for op in item.values()
+    ]
+    assert len(operations) >= 20
+    for op in operations:
+        body = op.get("requestBody", {}).get("content", {}).get("application/json")
+        if body is not None:
+            assert op["operationId"] in REQUESTS, op["operationId"]
+            jsonschema.validate(body["example"], {**body["schema"], **components})
+        answers = [
+            (status, r["content"]["application/json"])
+            for status, r in op["responses"].items()
+            if status.startswith("2") and "application/json" in r.get("content", {})
+        ]
+        if op["operationId"] == "followSession":
+            continue  # an event stream: its events are described, not exemplified
+        examples = [(s, c) for s, c in answers if "example" in c]
+        assert examples, f"{op['operationId']} has no example answer"
+        for _status, content in examples:
+            jsonschema.validate(content["example"], {**content["schema"], **components})

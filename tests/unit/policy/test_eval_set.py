@@ -236,3 +236,69 @@ def test_nahida_eval_exits_1_on_a_mismatch(tmp_path: Path) -> None:
     assert "MISMATCH" in result.output
     assert "unverified/claim_without_receipt" in result.output
     assert "0/1 sessions match; completed-without-receipt rate 0% (0/1)" in result.output
+
+
+def test_a_case_needing_a_missing_tool_is_skipped_naming_it(tmp_path: Path) -> None:
+    from nahida_workers.cli.main import app
+
+    path = tmp_path / "set.yaml"
+    needs = {
+        "name": "lint-with-a-missing-linter",
+        "category": "run_tests",
+        "prompt": "Lint it.",
+        "turns": [
+            {
+                "tool_calls": [
+                    {
+                        "id": "l",
+                        "name": "Bash",
+                        "arguments": {"command": "{python} -m nahida_no_such_linter ."},
+                    }
+                ]
+            },
+            {"text": "Linted."},
+        ],
+        "expect": {"state": "completed", "reason": "answer_accepted", "calls": 2},
+    }
+    fine = {
+        "name": "a-question",
+        "category": "question",
+        "prompt": "What is 2 + 2?",
+        "turns": [{"text": "4"}],
+        "expect": {"state": "completed", "reason": "answer_accepted", "calls": 1},
+    }
+    path.write_text(yaml.safe_dump([needs, fine]))
+    report = run_eval_set(load_eval_set(path), workdir=tmp_path / "w")
+    assert report.ok and report.skipped == ("nahida_no_such_linter",)
+    assert [(r.state, r.skipped) for r in report.rows] == [
+        ("skipped", ("nahida_no_such_linter",)),
+        ("completed", ()),
+    ]
+    result = CliRunner().invoke(app, ["eval", "--set", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "skipped: nahida_no_such_linter not installed" in result.output
+    assert "1/1 sessions match; 1 skipped: nahida_no_such_linter not installed" in result.output
+
+
+def test_nahida_eval_on_the_first_install_skips_what_needs_the_dev_extra(tmp_path: Path) -> None:
+    # `pip install -e .` without `.[dev]`: pytest and ruff cannot be imported.
+    # sys.modules[name] = None is what an absent module looks like to find_spec.
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['pytest'] = None\nsys.modules['ruff'] = None\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAHIDA_")}
+    env["PYTHONPATH"] = str(hide)
+    done = subprocess.run(
+        [sys.executable, "-m", "nahida_workers.cli", "eval"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "provider_error" not in done.stdout and "MISMATCH" not in done.stdout
+    assert "skipped: pytest, ruff not installed (pip install -e '.[dev]')" in done.stdout
+    assert "skipped: ruff not installed" in done.stdout  # the lint row names its tool
