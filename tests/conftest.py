@@ -173,3 +173,19 @@ def lease_store(request: pytest.FixtureRequest, key_prefix: str) -> object:
         return RedisLeaseStore(fakeredis.FakeRedis(), key_prefix=key_prefix)
     client = request.getfixturevalue("redis_client")
     return RedisLeaseStore(client, key_prefix=key_prefix)
+
+
+# -- Order ------------------------------------------------------------------------
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with real-process (``slow``) tests first, each file's tests kept together.
+
+    The suite runs on pytest-xdist with ``--dist loadfile``, which hands out
+    whole files in collection order: the minute-long files (benchmarks' quick
+    modes, schemathesis, fleets) started last made a long tail on one process
+    while the others sat idle.  The order inside a file is unchanged.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    first_seen: dict[object, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.path, index)
+    items.sort(key=lambda item: (item.path not in slow_files, first_seen[item.path]))
