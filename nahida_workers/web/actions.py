@@ -95,16 +95,23 @@ def action_router(fleet: Any, csrf: CsrfGuard) -> APIRouter:
             return error_body(
                 409, "session_done", f"refused: session {full} is done; nothing to cancel"
             )
-        try:
-            fleet.inbox.cancel(full)
-        except Exception as exc:
-            if not is_delivery_failure(exc):
-                raise
-            return _ok(f"cancel {RECORDED_MESSAGE}")
-        return _ok("cancel recorded: the session stops at its next boundary")
+        return _ok(_cancel(fleet, full))
 
     _schedule_actions(router, fleet, refused)
     return router
+
+
+def _cancel(fleet: Any, session_id: str) -> str:
+    """Cancel ``session_id`` through the inbox (issue 21 item 2); what to tell the person."""
+    try:
+        report = fleet.inbox.cancel(session_id)
+    except Exception as exc:
+        if not is_delivery_failure(exc):
+            raise
+        return f"cancel {RECORDED_MESSAGE}"
+    if session_id in report.sealed:  # no worker held it: sealed in the cancel's transaction
+        return "cancelled: no worker held the session; it is sealed, its subtree too"
+    return "cancel recorded: the session stops at its next boundary"
 
 
 def _schedule_actions(

@@ -244,9 +244,10 @@ def test_cancel_after_confirmation_and_the_page_follows(site: tuple[Any, str, An
     _open_live(driver, f"{url}/sessions/{target}")
     assert "queued" in driver.find_element(By.ID, "summary").text
     said = _act(driver, "cancel")
-    assert "cancel recorded" in said
-    # no worker runs in the demo: the request is on record, and the page shows it live
-    _wait(driver, lambda d: "cancel requested" in d.find_element(By.ID, "summary").text)
+    # no worker holds it (none runs in the demo): the cancel seals it at once
+    # (issue 21 item 2), and the page shows it live
+    assert "cancelled: no worker held the session" in said
+    _wait(driver, lambda d: "cancelled" in d.find_element(By.ID, "summary").text)
     assert _not_reloaded(driver)
 
 
