@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from fastapi import HTTPException
@@ -19,6 +20,14 @@ from markupsafe import Markup
 from nahida_workers.cli.ids import resolve
 from nahida_workers.core.events import EventType, SessionStatus
 from nahida_workers.ledger.children import child_ledger
+from nahida_workers.spend import (
+    batch_usage,
+    jobs_usage,
+    prices_of,
+    run_usage,
+    sessions_usage,
+    usage_line,
+)
 from nahida_workers.web import queries as q
 from nahida_workers.web import trees
 from nahida_workers.web.conversation import conversation
@@ -94,9 +103,26 @@ class Console:
 
     # -- lists ---------------------------------------------------------------------
 
+    def prices(self) -> Any:
+        """The price table (``NAHIDA_PRICES_FILE``); None when there is none or it is broken.
+
+        A broken table is the CLI's error to report (``nahida status`` exits 2 on
+        it); the console shows tokens without a cost rather than fail a page.
+        """
+        try:
+            return prices_of(self.fleet.settings)
+        except Exception:  # ConfigError: shown as "no cost", never a 500
+            return None
+
     def dashboard(self, _key: str, _params: Mapping[str, str]) -> dict[str, Any]:
-        """Sessions by state, the last hour, queues, workers, schedules due next."""
-        return {"d": read_dashboard(self.ledger, self.probe, self.fleet.clock.now())}
+        """Sessions by state, the last hour, queues, workers, schedules due next, spend per job.
+
+        Spend: tokens (and the estimated cost, with a price table) per job over
+        the last 24 hours (:func:`nahida_workers.spend.jobs_usage`, issue 25 item 3).
+        """
+        now = self.fleet.clock.now()
+        spend = jobs_usage(self.ledger, since=now - timedelta(hours=24), table=self.prices())
+        return {"d": read_dashboard(self.ledger, self.probe, now), "spend": spend}
 
     def sessions(self, _key: str, params: Mapping[str, str]) -> dict[str, Any]:
         """A page of sessions under the filters of ``params``."""
@@ -148,6 +174,7 @@ class Console:
             raise HTTPException(404, "no such state")
         return {
             "batch": batch,
+            "usage": usage_line(batch_usage(self.ledger, full, self.prices())),
             "counts": q.state_counts(self.engine, q.SessionFilter(batch=full)),
             "page": q.session_page(self.engine, flt, page=_page_number(params)),
             "filters": flt,
@@ -208,9 +235,11 @@ class Console:
             session.status.value,
             latest.terminal_state.value if latest and latest.terminal_state else None,
         )
+        usage = sessions_usage(self.ledger, [full], self.prices())[full].as_json()
         return {
             "session": session,
             "state": state,
+            "usage": usage_line(usage),
             "runs": runs,
             "tree": trees.session_tree(self.engine, full),
             "inbox": self.ledger.inbox(full),
@@ -226,6 +255,7 @@ class Console:
         svg, overlaps, events = self.timeline(full)
         return {
             "run": run,
+            "usage": usage_line(run_usage(self.ledger, run, self.prices())),
             "items": conversation(events, self.ledger.receipts(full)),
             "svg": Markup(svg),  # built from escaped parts by timeline_svg
             "overlaps": overlaps,
