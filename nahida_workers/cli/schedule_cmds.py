@@ -437,8 +437,11 @@ def run(
     """
     settings = _settings(local, db)
     scheduler, celery_app = _scheduler(settings)
-    names = {s.schedule_id: s.name for s in scheduler.store.live()}
-    listed = ", ".join(sorted(names.values())) or "no schedules"
+    live = scheduler.store.live()
+    listed = ", ".join(sorted(s.name for s in live if not s.paused)) or "no active schedules"
+    paused = sorted(s.name for s in live if s.paused)
+    if paused:  # a paused schedule is not run: never listed as ticking
+        listed += f" (paused, not run: {', '.join(paused)})"
     err.print(f"ticking every {settings.schedule_tick_s:g}s: {escape(listed)}")
     if local:
         from nahida_workers.celery import embedded_worker
