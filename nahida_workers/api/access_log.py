@@ -1,4 +1,4 @@
-"""One log line per request ``nahida serve`` answers (issue 25 item 4).
+"""One log line per request ``nahida serve`` answers (docs/operating/processes.md).
 
 The line says the method, the path (never the query string: a token or a
 prompt may sit there), the status, the time to the last body byte in

@@ -111,7 +111,7 @@ def settings_for(local: bool = False, db: Path = DEFAULT_DB, **overrides: Any) -
 def _db_folder(db: Path) -> None:
     """Make the default ledger's folder; refuse another ``--db`` whose folder is missing.
 
-    A typo in ``--db`` silently started an empty ledger elsewhere (issue 25):
+    A typo in ``--db`` silently started an empty ledger elsewhere:
     its folder is created only with ``--create-db`` (:data:`state`
     ``create_db``, set by ``cli.main``).
 

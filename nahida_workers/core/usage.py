@@ -1,4 +1,4 @@
-"""What the fleet spent: token counts the providers reported, and their price (issue 25).
+"""What the fleet spent: token counts the providers reported, and their price.
 
 Pure: values in, values out.  A provider turn's ``assistant_output`` event
 carries the usage its provider reported (``core/loop.py``: input, output,

@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -227,10 +228,28 @@ class Sandbox:
             elif os.path.lexists(path):
                 # A device node reads on a --dev-bind mount only: /dev/null reads empty.
                 args += ["--dev-bind", "/dev/null", path]
+        args += _toolchain_binds()
         args += _repository_binds(workspace)
         # Last: the workspace is writable even below a private or hidden directory.
         args += ["--bind", ws, ws, "--chdir", ws]
         return args
+
+
+def _toolchain_binds() -> list[str]:
+    """The fleet's own Python environment, read-only, when it lives under a private directory.
+
+    A checkout (and its ``.venv``) under ``/tmp`` would otherwise vanish behind
+    the sandbox's private ``/tmp``: the tools a job's commands run from it
+    (``pytest``, ``ruff``) were "not found" inside the sandbox although they
+    run outside it.  Only ``sys.prefix`` and ``sys.base_prefix``; nothing else
+    of the private directories is shown.
+    """
+    out: list[str] = []
+    for prefix in dict.fromkeys(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)):
+        private = any(prefix.startswith(d.rstrip("/") + "/") for d in PRIVATE_DIRS)
+        if private and os.path.isdir(prefix):
+            out += ["--ro-bind", prefix, prefix]
+    return out
 
 
 def _repository_binds(workspace: Path) -> list[str]:

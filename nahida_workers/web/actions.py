@@ -102,7 +102,7 @@ def action_router(fleet: Any, csrf: CsrfGuard) -> APIRouter:
 
 
 def _cancel(fleet: Any, session_id: str) -> str:
-    """Cancel ``session_id`` through the inbox (issue 21 item 2); what to tell the person."""
+    """Cancel ``session_id`` (a ledger fact, DESIGN.md section 8); what to tell the person."""
     try:
         report = fleet.inbox.cancel(session_id)
     except Exception as exc:

@@ -118,7 +118,7 @@ class Console:
         """Sessions by state, the last hour, queues, workers, schedules due next, spend per job.
 
         Spend: tokens (and the estimated cost, with a price table) per job over
-        the last 24 hours (:func:`nahida_workers.spend.jobs_usage`, issue 25 item 3).
+        the last 24 hours (:func:`nahida_workers.spend.jobs_usage`; docs/operating/usage.md).
         """
         now = self.fleet.clock.now()
         spend = jobs_usage(self.ledger, since=now - timedelta(hours=24), table=self.prices())

@@ -125,7 +125,10 @@ def test_writes_outside_the_workspace_fail(ws: Path, ctx: ToolContext, outside: 
     for how, command in attempts.items():
         outcome = bash(command, ctx)
         assert outcome.status is ToolStatus.ERROR, (how, outcome.content)
-        assert "Read-only file system" in outcome.content, (how, outcome.content)
+        # a checkout under /tmp: the folder is behind the sandbox's private /tmp
+        hidden = how != "home" and str(outside).startswith("/tmp/")
+        said = "No such file or directory" if hidden else "Read-only file system"
+        assert said in outcome.content, (how, outcome.content)
     assert (outside / "keep.txt").read_text() == "original\n"
     assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
     assert not (Path.home() / ".nahida-sandbox-probe").exists()
@@ -252,3 +255,21 @@ def test_a_worktree_workspace_reads_its_repository_but_cannot_write_it(tmp_path:
     assert written.status is ToolStatus.ERROR and "Read-only file system" in written.content
     config = subprocess.run(["git", "config", "--list", "--local"], cwd=main, capture_output=True)
     assert b"fsmonitor" not in config.stdout
+
+
+def test_the_fleets_environment_under_tmp_stays_visible_and_nothing_else_of_tmp(
+    ctx: ToolContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout in /tmp: its .venv's tools must run inside the sandbox (the eval's
+    pytest rows failed 'not found' from a clone under /tmp), its neighbours stay hidden."""
+    venv = tmp_path / "checkout" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "tool").write_text("fleet tool\n")
+    (tmp_path / "checkout" / "neighbour.txt").write_text("not shown\n")
+    assert str(venv).startswith("/tmp/")
+    monkeypatch.setattr("sys.prefix", str(venv))
+    outcome = bash(f"cat {venv}/bin/tool; cat {tmp_path}/checkout/neighbour.txt", ctx)
+    assert "fleet tool" in outcome.content, outcome.content
+    assert "not shown" not in outcome.content
+    refused = bash(f"echo x > {venv}/bin/tool", ctx)
+    assert refused.status is ToolStatus.ERROR and "Read-only file system" in refused.content
