@@ -7,16 +7,12 @@ twin keeps its lineage in the adapter).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
+from nahida_workers.ledger.adapters import adapter_of
 from nahida_workers.ports import ChildLedger
 
 __all__ = ["child_ledger"]
-
-_adapters: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
 
 
 def child_ledger(ledger: Any) -> ChildLedger[Any]:
@@ -25,19 +21,8 @@ def child_ledger(ledger: Any) -> ChildLedger[Any]:
     Raises:
         TypeError: ``ledger`` is neither a ``MemoryLedger`` nor a ``SqlLedger``.
     """
-    from nahida_workers.ledger.memory import MemoryLedger
     from nahida_workers.ledger.memory_children import MemoryChildren
-    from nahida_workers.ledger.sql import SqlLedger
     from nahida_workers.ledger.sql_children import SqlChildren
 
-    with _lock:
-        found = _adapters.get(ledger)
-        if found is None:
-            if isinstance(ledger, MemoryLedger):
-                found = MemoryChildren(ledger)
-            elif isinstance(ledger, SqlLedger):
-                found = SqlChildren(ledger)
-            else:
-                raise TypeError(f"no child-session adapter for {type(ledger).__name__}")
-            _adapters[ledger] = found
-        return found
+    adapter: ChildLedger[Any] = adapter_of(ledger, "child-session", MemoryChildren, SqlChildren)
+    return adapter

@@ -7,16 +7,12 @@ in the adapter).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from typing import Any
 
+from nahida_workers.ledger.adapters import adapter_of
 from nahida_workers.ports import ControlLedger
 
 __all__ = ["control_ledger"]
-
-_adapters: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
 
 
 def control_ledger(ledger: Any) -> ControlLedger[Any]:
@@ -25,19 +21,8 @@ def control_ledger(ledger: Any) -> ControlLedger[Any]:
     Raises:
         TypeError: ``ledger`` is neither a ``MemoryLedger`` nor a ``SqlLedger``.
     """
-    from nahida_workers.ledger.memory import MemoryLedger
     from nahida_workers.ledger.memory_control import MemoryControl
-    from nahida_workers.ledger.sql import SqlLedger
     from nahida_workers.ledger.sql_control import SqlControl
 
-    with _lock:
-        found = _adapters.get(ledger)
-        if found is None:
-            if isinstance(ledger, MemoryLedger):
-                found = MemoryControl(ledger)
-            elif isinstance(ledger, SqlLedger):
-                found = SqlControl(ledger)
-            else:
-                raise TypeError(f"no control-fact adapter for {type(ledger).__name__}")
-            _adapters[ledger] = found
-        return found
+    adapter: ControlLedger[Any] = adapter_of(ledger, "control-fact", MemoryControl, SqlControl)
+    return adapter
