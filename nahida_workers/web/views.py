@@ -9,9 +9,10 @@ the same builder, so a live update is exactly what a reload would show.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import HTTPException
@@ -38,7 +39,10 @@ from nahida_workers.web.reasons import explain
 from nahida_workers.web.timeline import bars_of, origin_of, overlapping_pairs, timeline_svg
 from nahida_workers.web.waits import child_bars, wait_bars
 
-__all__ = ["Console", "View", "checked"]
+__all__ = ["SPEND_TTL_S", "Console", "View", "checked"]
+
+#: Seconds the dashboard reuses its spend-per-job totals (see :meth:`Console.spend`).
+SPEND_TTL_S = 30.0
 
 MAX_PARAM = 64
 
@@ -82,6 +86,7 @@ class Console:
         self.ledger = fleet.ledger
         self.engine = fleet.ledger.reader
         self.probe = probe
+        self._spend: tuple[float, dict[str, Any]] | None = None  # (monotonic s, jobs_usage)
         self.views: dict[str, View] = {
             "dashboard": View("dashboard.html", self.dashboard, ("dash",)),
             "sessions": View("sessions.html", self.sessions, ("rows",)),
@@ -121,8 +126,19 @@ class Console:
         the last 24 hours (:func:`nahida_workers.spend.jobs_usage`; docs/operating/usage.md).
         """
         now = self.fleet.clock.now()
-        spend = jobs_usage(self.ledger, since=now - timedelta(hours=24), table=self.prices())
-        return {"d": read_dashboard(self.ledger, self.probe, now), "spend": spend}
+        return {"d": read_dashboard(self.ledger, self.probe, now), "spend": self.spend(now)}
+
+    def spend(self, now: datetime) -> dict[str, Any]:
+        """Spend per job over the 24 hours before ``now``, read at most every :data:`SPEND_TTL_S`.
+
+        The live dashboard re-renders every second; the totals read every turn
+        of a day's runs, and a minute-old total is as useful as a fresh one.
+        """
+        at = time.monotonic()
+        if self._spend is None or at - self._spend[0] >= SPEND_TTL_S:
+            since = now - timedelta(hours=24)
+            self._spend = (at, jobs_usage(self.ledger, since=since, table=self.prices()))
+        return self._spend[1]
 
     def sessions(self, _key: str, params: Mapping[str, str]) -> dict[str, Any]:
         """A page of sessions under the filters of ``params``."""
